@@ -1,0 +1,305 @@
+"""The one configuration object that drives golden/, hw/, sim/ and boards/.
+
+Every bit width, every array dimension and every maximum shape of the accelerator is a field of
+:class:`AttnConfig`. Derived quantities (accumulator width, sum width, table size, ...) are
+properties computed here and nowhere else. Named presets are made with :func:`preset`.
+
+Numerics are specified in ``docs/numerics.md``; the field docs below only name the formats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+__all__ = ["AttnConfig", "PRESETS", "preset", "EXP_MODES", "ROUNDING_MODES", "DSP_MODES"]
+
+EXP_MODES = ("exp2", "direct")
+ROUNDING_MODES = ("half_up", "half_even")
+DSP_MODES = ("infer", "ecp5_registered")
+
+
+def _bits_signed(max_abs: int) -> int:
+    """Width of the smallest two's complement integer that holds ``[-max_abs, max_abs]``."""
+    return max_abs.bit_length() + 1
+
+
+def _clog2(n: int) -> int:
+    return max(0, (n - 1).bit_length())
+
+
+# (field, minimum, maximum) for every integer field; maxima keep golden/ exact in int64.
+_INT_RANGES = {
+    "max_seq_len": (1, 4096),
+    "max_d_model": (1, 4096),
+    "max_heads": (1, 256),
+    "rows": (1, 64),
+    "cols": (1, 64),
+    "x_bits": (2, 18),
+    "w_bits": (2, 18),
+    "bias_bits": (2, 40),
+    "qkv_bits": (2, 18),
+    "head_bits": (2, 18),
+    "y_bits": (2, 32),
+    "score_bits": (4, 24),
+    "score_frac_bits": (0, 16),
+    "lut_addr_bits": (1, 12),
+    "exp_bits": (2, 24),
+    "prob_bits": (2, 17),
+    "mult_bits": (2, 31),
+}
+
+
+@dataclass(frozen=True)
+class AttnConfig:
+    """Frozen configuration of the attention accelerator.
+
+    Parameters
+    ----------
+    name : str
+        Preset name, or ``"custom"``.
+    max_seq_len : int
+        Largest sequence length ``L`` the hardware buffers hold.
+    max_d_model : int
+        Largest model width ``D``.
+    max_heads : int
+        Largest number of heads ``H``; at run time ``D % H == 0`` and ``d = D / H``.
+    rows, cols : int
+        Dimensions of the systolic array (``rows * cols`` multiply-accumulate elements).
+    x_bits, w_bits : int
+        Signed widths of the input activations ``X`` and of all weights.
+    bias_bits : int
+        Signed width of the biases, which are stored at scale ``s_x * s_w[c]``.
+    qkv_bits : int
+        Signed width of the projected ``Q``, ``K``, ``V``.
+    head_bits : int
+        Signed width of the per-head outputs (the concatenation fed to the output projection).
+    y_bits : int
+        Signed width of the layer output ``Y``.
+    score_bits : int
+        Signed width of the requantized attention scores, in units of ``2**-score_frac_bits``
+        of the exponent's base-2 (``exp2`` mode) or natural (``direct`` mode) logarithm.
+    score_frac_bits : int
+        Fraction bits of the scores.
+    exp_mode : str
+        ``"exp2"``: ``exp`` as a right shift by the integer part of the score difference and a
+        table over its fraction. ``"direct"``: one table indexed by the whole difference.
+    lut_addr_bits : int
+        Table address width: ``2**lut_addr_bits`` entries.
+    exp_bits : int
+        Unsigned width of a table entry (exponent values are in ``[0, 2**exp_bits - 1]``).
+    prob_bits : int
+        Unsigned width of the probabilities; ``2**prob_bits - 1`` stands for 1.0.
+    mult_bits : int
+        Unsigned width of requantization multipliers (normalized to their top bit set).
+    rounding : str
+        Rounding rule of every requantization: ``"half_up"`` or ``"half_even"``.
+    masks : bool
+        Whether the hardware implements causal and key-padding masks.
+    dsp : str
+        How the array's multipliers are built: ``"infer"`` (``*`` in the netlist) or
+        ``"ecp5_registered"`` (MULT18X18D instantiated with its registers).
+
+    Raises
+    ------
+    TypeError
+        If a field has the wrong type; the message names the field and the value given.
+    ValueError
+        If a field is out of range or fields contradict each other; the message names them.
+    """
+
+    name: str = "custom"
+    max_seq_len: int = 16
+    max_d_model: int = 64
+    max_heads: int = 4
+    rows: int = 4
+    cols: int = 4
+    x_bits: int = 16
+    w_bits: int = 8
+    bias_bits: int = 32
+    qkv_bits: int = 16
+    head_bits: int = 16
+    y_bits: int = 16
+    score_bits: int = 18
+    score_frac_bits: int = 8
+    exp_mode: str = "exp2"
+    lut_addr_bits: int = 8
+    exp_bits: int = 16
+    prob_bits: int = 12
+    mult_bits: int = 16
+    rounding: str = "half_up"
+    masks: bool = True
+    dsp: str = "infer"
+
+    def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, not {self.name!r}")
+        for field, (lo, hi) in _INT_RANGES.items():
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{field} must be an int, not {value!r}")
+            if not lo <= value <= hi:
+                raise ValueError(f"{field} must be between {lo} and {hi}, not {value!r}")
+        for field, choices in (("exp_mode", EXP_MODES), ("rounding", ROUNDING_MODES),
+                               ("dsp", DSP_MODES)):
+            value = getattr(self, field)
+            if value not in choices:
+                raise ValueError(f"{field} must be one of {', '.join(choices)}, not {value!r}")
+        if not isinstance(self.masks, bool):
+            raise TypeError(f"masks must be a bool, not {self.masks!r}")
+        if self.max_heads > self.max_d_model:
+            raise ValueError(f"max_heads ({self.max_heads}) must not exceed max_d_model "
+                             f"({self.max_d_model})")
+        if self.score_frac_bits >= self.score_bits:
+            raise ValueError(f"score_frac_bits ({self.score_frac_bits}) must be less than "
+                             f"score_bits ({self.score_bits})")
+        if self.exp_mode == "exp2" and self.lut_addr_bits > self.score_frac_bits:
+            raise ValueError(f"lut_addr_bits ({self.lut_addr_bits}) must not exceed "
+                             f"score_frac_bits ({self.score_frac_bits}) in exp2 mode")
+        if self.dsp == "ecp5_registered" and max(self.a_bits, self.b_bits) > 18:
+            raise ValueError(f"dsp 'ecp5_registered' needs operands of at most 18 bits, "
+                             f"not {self.a_bits}x{self.b_bits}")
+        if self.acc_bits + self.mult_bits > 62:
+            raise ValueError(f"acc_bits ({self.acc_bits}) + mult_bits ({self.mult_bits}) must "
+                             f"not exceed 62 (requantization products are exact in int64)")
+
+    # -- derived quantities (computed once, here) --------------------------------------------
+
+    @property
+    def pes(self) -> int:
+        """Number of multiply-accumulate elements."""
+        return self.rows * self.cols
+
+    @property
+    def a_bits(self) -> int:
+        """Signed width of the array's left operand (X, Q, P as signed, head outputs)."""
+        return max(self.x_bits, self.qkv_bits, self.prob_bits + 1, self.head_bits)
+
+    @property
+    def b_bits(self) -> int:
+        """Signed width of the array's top operand (weights, K, V transposed)."""
+        return max(self.w_bits, self.qkv_bits)
+
+    @property
+    def max_reduction(self) -> int:
+        """Longest reduction of any matrix product: ``max(D, L)``."""
+        return max(self.max_d_model, self.max_seq_len)
+
+    @property
+    def acc_bits(self) -> int:
+        """Signed accumulator width that cannot overflow for any stage at the maximum shape."""
+        def prod(a, b):  # largest magnitude of a product of signed a-bit and b-bit integers
+            return 1 << (a + b - 2)
+        bias = 1 << (self.bias_bits - 1)
+        d, length = self.max_d_model, self.max_seq_len
+        one = (1 << self.prob_bits) - 1
+        # P.V: probabilities are non-negative and sum to at most one + L/2 LSB (docs/numerics.md)
+        pv = (one + (length + 1) // 2) * (1 << (self.qkv_bits - 1))
+        return max(
+            _bits_signed(d * prod(self.x_bits, self.w_bits) + bias),      # Q, K, V projections
+            _bits_signed(d * prod(self.qkv_bits, self.qkv_bits)),         # Q_h K_h^T
+            _bits_signed(pv),                                             # P_h V_h
+            _bits_signed(d * prod(self.head_bits, self.w_bits) + bias),   # output projection
+        )
+
+    @property
+    def shift_bits(self) -> int:
+        """Width of a requantization shift amount (shifts are in ``[0, acc_bits + mult_bits)``)."""
+        return _clog2(self.acc_bits + self.mult_bits)
+
+    @property
+    def lut_size(self) -> int:
+        """Number of entries of the exponent table."""
+        return 1 << self.lut_addr_bits
+
+    @property
+    def exp_max(self) -> int:
+        """Exponent of a zero score difference (the row maximum): ``2**exp_bits - 1``."""
+        return (1 << self.exp_bits) - 1
+
+    @property
+    def prob_one(self) -> int:
+        """The integer that stands for probability 1.0: ``2**prob_bits - 1``."""
+        return (1 << self.prob_bits) - 1
+
+    @property
+    def diff_bits(self) -> int:
+        """Unsigned width of a score difference ``max - score``."""
+        return self.score_bits
+
+    @property
+    def sum_bits(self) -> int:
+        """Unsigned width of a row sum of exponents (cannot overflow for ``max_seq_len``)."""
+        return (self.max_seq_len * self.exp_max).bit_length()
+
+    @property
+    def len_bits(self) -> int:
+        """Unsigned width of a sequence length in ``[0, max_seq_len]``."""
+        return self.max_seq_len.bit_length()
+
+    # -- shapes ------------------------------------------------------------------------------
+
+    def check_shape(self, seq_len: int, d_model: int, heads: int) -> None:
+        """Raise :class:`ValueError` naming the first of L, D, H that this config can't run."""
+        for field, value, limit in (("sequence length L", seq_len, self.max_seq_len),
+                                    ("model width D", d_model, self.max_d_model),
+                                    ("heads H", heads, self.max_heads)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{field} must be an int, not {value!r}")
+            if not 1 <= value <= limit:
+                raise ValueError(f"{field} = {value} is outside 1..{limit} of config "
+                                 f"{self.name!r}")
+        if d_model % heads:
+            raise ValueError(f"model width D = {d_model} is not divisible by heads H = {heads}")
+
+    def fitted(self, seq_len: int, d_model: int, heads: int) -> AttnConfig:
+        """This configuration with its maxima replaced by the given shape (name ``"fitted"``)."""
+        return dataclasses.replace(self, name="fitted", max_seq_len=seq_len,
+                                   max_d_model=d_model, max_heads=heads)
+
+    def replace(self, **changes) -> AttnConfig:
+        """A copy with some fields changed (validated again); the name becomes ``"custom"``."""
+        changes.setdefault("name", "custom")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """All fields as a plain dict (JSON-serializable)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> AttnConfig:
+        """The inverse of :meth:`to_dict`; unknown keys raise :class:`ValueError`."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"unknown configuration field(s): {', '.join(unknown)}")
+        return cls(**values)
+
+
+def _make_presets() -> dict:
+    base = AttnConfig()
+    presets = {
+        # Smallest useful shape: fast tests in the Amaranth simulator.
+        "tiny": base.replace(max_seq_len=8, max_d_model=16, max_heads=2, rows=2, cols=2),
+        # The reference layer of the benchmarks: L = 64, D = 64, H = 4 on a 4x4 array.
+        "default": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=4, cols=4),
+        # iCEBreaker (iCE40UP5K): 8 multipliers, the number of SB_MAC16 blocks.
+        "icebreaker": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=2,
+                                   cols=4),
+        # ULX3S (ECP5-85F): MiniLM-sized layers on a 12x12 array of registered MULT18X18D.
+        "ulx3s": base.replace(max_seq_len=128, max_d_model=384, max_heads=12, rows=12,
+                              cols=12, dsp="ecp5_registered"),
+    }
+    return {name: dataclasses.replace(cfg, name=name) for name, cfg in presets.items()}
+
+
+PRESETS: dict = _make_presets()
+
+
+def preset(name: str) -> AttnConfig:
+    """The preset called ``name``; an unknown name raises :class:`ValueError` listing them."""
+    try:
+        return PRESETS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") \
+            from None

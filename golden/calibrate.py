@@ -1,0 +1,89 @@
+"""Calibration: from float weights and a sample input to every integer constant of the layer.
+
+Scales are symmetric and set by the largest magnitude seen (docs/numerics.md, "Calibration"):
+per output channel for weights, per head for Q, K and V, per tensor for X, the concatenated
+head outputs and Y. Biases are stored at scale ``s_x * s_w[c]``. Every real requantization
+factor becomes an integer multiplier and shift (:func:`golden.quant.quantize_multiplier`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import QuantizedMHA
+from .quant import quantize, quantize_multiplier, symmetric_scale
+from .reference import FloatMHA, mha_float
+from .softmax import log_base_factor
+
+__all__ = ["calibrate", "quantize_input", "dequantize_output"]
+
+
+def _multipliers(reals, cfg):
+    max_shift = (1 << cfg.shift_bits) - 1
+    pairs = [quantize_multiplier(float(r), cfg.mult_bits, max_shift) for r in np.ravel(reals)]
+    mult, shift = zip(*pairs, strict=False) if pairs else ((), ())
+    return np.array(mult, dtype=np.int64), np.array(shift, dtype=np.int64)
+
+
+def _per_head_max(t, h):
+    seq_len, d_model = t.shape
+    return np.abs(t.reshape(seq_len, h, d_model // h)).max(axis=(0, 2))
+
+
+def calibrate(cfg, mha: FloatMHA, x_sample, mask=None) -> QuantizedMHA:
+    """Quantize ``mha`` for ``cfg`` with activation ranges measured on ``x_sample`` (``L x D``).
+
+    Raises
+    ------
+    ValueError
+        If ``x_sample`` does not match the layer or holds NaN/infinity, or a requantization
+        factor does not fit ``cfg.mult_bits``.
+    """
+    x = np.asarray(x_sample, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != mha.d_model:
+        raise ValueError(f"x must have shape (L, {mha.d_model}), not {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("x contains NaN or infinity")
+    d, h = mha.d_model, int(mha.num_heads)
+    ref = mha_float(x, mha, mask)
+
+    s_x = float(symmetric_scale(np.abs(x).max(initial=0), cfg.x_bits))
+    w_in = np.asarray(mha.in_proj_weight, dtype=np.float64)
+    s_w_in = symmetric_scale(np.abs(w_in).max(axis=1), cfg.w_bits)
+    w_in_q = quantize(w_in, s_w_in[:, None], cfg.w_bits)
+    b_in_q = quantize(mha.in_proj_bias, s_x * s_w_in, cfg.bias_bits)
+
+    s_q, s_k, s_v = (symmetric_scale(_per_head_max(ref[n], h), cfg.qkv_bits) for n in "qkv")
+    s_qkv_col = np.repeat(np.concatenate([s_q, s_k, s_v]), d // h)
+    in_mult, in_shift = _multipliers(s_x * s_w_in / s_qkv_col, cfg)
+
+    head_dim = d // h
+    score_real = (s_q * s_k / np.sqrt(head_dim) * log_base_factor(cfg)
+                  * (1 << cfg.score_frac_bits))
+    score_mult, score_shift = _multipliers(score_real, cfg)
+
+    s_o = float(symmetric_scale(np.abs(ref["heads"]).max(initial=0), cfg.head_bits))
+    pv_mult, pv_shift = _multipliers(s_v / (cfg.prob_one * s_o), cfg)
+
+    w_out = np.asarray(mha.out_proj_weight, dtype=np.float64)
+    s_w_out = symmetric_scale(np.abs(w_out).max(axis=1), cfg.w_bits)
+    w_out_q = quantize(w_out, s_w_out[:, None], cfg.w_bits)
+    b_out_q = quantize(mha.out_proj_bias, s_o * s_w_out, cfg.bias_bits)
+    s_y = float(symmetric_scale(np.abs(ref["y"]).max(initial=0), cfg.y_bits))
+    out_mult, out_shift = _multipliers(s_o * s_w_out / s_y, cfg)
+
+    return QuantizedMHA(
+        num_heads=h, w_in=w_in_q, b_in=b_in_q, in_mult=in_mult, in_shift=in_shift,
+        score_mult=score_mult, score_shift=score_shift, pv_mult=pv_mult, pv_shift=pv_shift,
+        w_out=w_out_q, b_out=b_out_q, out_mult=out_mult, out_shift=out_shift,
+        s_x=s_x, s_w_in=s_w_in, s_q=s_q, s_k=s_k, s_v=s_v, s_o=s_o, s_w_out=s_w_out, s_y=s_y)
+
+
+def quantize_input(x, model: QuantizedMHA, cfg) -> np.ndarray:
+    """Float input to the integer input of ``model`` (scale ``s_x``, saturating)."""
+    return quantize(x, model.s_x, cfg.x_bits)
+
+
+def dequantize_output(y_int, model: QuantizedMHA) -> np.ndarray:
+    """Integer output to float: ``y_int * s_y``."""
+    return np.asarray(y_int, dtype=np.float64) * model.s_y

@@ -1,0 +1,2 @@
+"""Verification harness: stream drivers and monitors for the Amaranth simulator and cocotb, an
+exact scoreboard against golden/, and runners for Icarus and Verilator."""

