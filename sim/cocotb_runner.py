@@ -88,11 +88,27 @@ def write_verilog(component, path: Path, name: str = "top", ports=None) -> Path:
     """Write Amaranth ``component`` as Verilog module ``name`` to ``path`` (rewritten only if
     the text changed). ``ports`` defaults to :func:`component_ports`."""
     ports = component_ports(component) if ports is None else ports
-    text = verilog.convert(component, name=name, ports=ports, emit_src=False)
+    text = _kick_combinational(verilog.convert(component, name=name, ports=ports,
+                                               emit_src=False))
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
     return path
+
+
+_KICK = re.compile(r"^(\s*)reg (\\\$auto\$verilog_backend\S*dump_module\S*)\s*= 0;$", re.M)
+
+
+def _kick_combinational(text: str) -> str:
+    """Make every ``always @*`` block run once at start-up on Icarus.
+
+    Yosys makes each combinational block read a register initialized to 0 so that simulators
+    evaluate it at time 0; Icarus 11 applies that initializer without an event, so outputs
+    that depend only on constant state (e.g. a ``ready`` decoded from an FSM that stays in its
+    reset state) stay X. Changing the register once, after time 0, evaluates every block.
+    """
+    return _KICK.sub(lambda mt: f"{mt[1]}reg {mt[2]} = 0;\n{mt[1]}initial #1 {mt[2]} = 1;",
+                     text)
 
 
 def _failure_summary(log: Path) -> str:
@@ -122,7 +138,7 @@ def run_cocotb(*, sim: str, verilog_file: Path, toplevel: str, test_module: str,
     waves = os.environ.get("ATTN_WAVES", "") not in ("", "0")
     env = {"ATTN_TEST_PARAMS": json.dumps(params or {}),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"] \
+    build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "--no-timing"] \
         if sim == "verilator" else []
 
     def attempt(with_waves: bool, rebuild: bool = False) -> Path:

@@ -26,7 +26,9 @@ def test_params() -> dict:
 
 
 async def start_clock(dut, period_ns: int = 10):
-    """Start the clock and pulse reset for two cycles."""
+    """Start the clock and pulse reset for two cycles. Create the :class:`StreamSource` and
+    :class:`StreamSink` objects first: they drive ``valid``/``ready`` low, and an undriven
+    (X) input during reset can leave X in the design's state on Icarus."""
     Clock(dut.clk, period_ns, unit="ns").start()
     dut.rst.value = 1
     for _ in range(2):
@@ -93,6 +95,10 @@ class StreamSink:
             port.ready.value = int(ready)
             await ReadOnly()
             if ready and port.valid.value:
+                if not port.payload.value.is_resolvable:
+                    raise AssertionError(f"{self.port.payload._name}: unresolved bits (X/Z) in "
+                                         f"beat {len(out)} at cycle {cycle}: "
+                                         f"{port.payload.value}")
                 payload = int(port.payload.value)
                 if on_beat is not None:
                     on_beat(len(out), payload)

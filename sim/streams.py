@@ -21,15 +21,19 @@ def pack(layout, fields: dict) -> int:
     return Shape.cast(layout).const(fields).value if not isinstance(fields, int) else fields
 
 
-def unpack(layout, value: int) -> dict:
-    """Fields of ``value`` in ``layout`` as a dict of Python integers (signed as declared)."""
-    out = {}
-    for name, field in data.Layout.cast(layout):
-        shape = Shape.cast(field.shape)
-        raw = (value >> field.offset) & ((1 << field.width) - 1)
-        if shape.signed and raw >> (field.width - 1):
-            raw -= 1 << field.width
-        out[name] = raw
+def unpack(layout, value: int):
+    """Fields of ``value`` in ``layout`` as Python integers, signed as declared: a dict for a
+    struct layout, a list for an array layout, an int for a plain shape (recursively)."""
+    if not isinstance(layout, data.Layout):
+        shape = Shape.cast(layout)
+        value &= (1 << shape.width) - 1
+        if shape.signed and shape.width and value >> (shape.width - 1):
+            value -= 1 << shape.width
+        return value
+    fields = [(name, field) for name, field in layout]
+    out = {name: unpack(field.shape, value >> field.offset) for name, field in fields}
+    if isinstance(layout, data.ArrayLayout):
+        return [out[i] for i in range(layout.length)]
     return out
 
 

@@ -1,0 +1,105 @@
+"""Run the attention core in the Amaranth simulator on a quantized layer.
+
+:func:`simulate_core` feeds the core's streams from :func:`hw.core_io.core_streams` (with
+optional random stalls on every input and on the output), collects the output and the
+performance counters, and returns them with the cycle count. Used by the tests, the benchmarks
+and ``attn run --backend amaranth``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from amaranth.hdl import Value
+
+from hw.core import COUNTERS, AttentionCore
+from hw.core_io import collect_output, core_streams
+
+from .amaranth_sim import run_simulation
+from .streams import Pattern, get_all, pack, put_all, unpack
+
+__all__ = ["CoreRun", "simulate_core", "pack_streams"]
+
+
+@dataclass
+class CoreRun:
+    """Result of one simulated run: ``y`` (``L x D`` integers), ``cycles`` from the accepted
+    start beat to the last output beat, and the performance counters by name."""
+
+    y: np.ndarray
+    cycles: int
+    counters: dict
+
+
+def pack_streams(core: AttentionCore, streams: dict) -> dict:
+    """Pre-pack the beats of :func:`hw.core_io.core_streams` into integers."""
+    layouts = {name: getattr(core, f"{name}_stream").payload.shape() for name in "pxw"}
+    return {
+        "start": pack(core.start.payload.shape(), streams["args"]),
+        **{name: [pack(layouts[name], beat) for beat in streams[name]] for name in "pxw"},
+    }
+
+
+def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: float = 0.0,
+                  seed: int = 0, core: AttentionCore | None = None, runs: int = 1,
+                  name: str = "core", deadline_cycles: int | None = None,
+                  progress=None) -> CoreRun:
+    """Simulate ``runs`` back-to-back runs of the core (the result is the last one's).
+
+    ``stall`` is the probability of an idle cycle on each input stream and of backpressure on
+    the output (0 = none).
+    """
+    core = core or AttentionCore(cfg)
+    streams = core_streams(cfg, model, x_int, causal=causal, valid_len=valid_len)
+    shape = streams["shape"]
+    packed = pack_streams(core, streams)
+    out_count = shape.wpd * shape.seq_len
+    out_layout = core.o_stream.payload.shape()
+    outputs, cycles, counters = [], [], []
+
+    def benches():
+        async def driver(ctx):
+            for run in range(runs):
+                ctx.set(Value.cast(core.start.payload), packed["start"])
+                ctx.set(core.start.valid, 1)
+                await ctx.tick().until(core.start.ready)
+                ctx.set(core.start.valid, 0)
+                start = 0
+                async for _ in ctx.tick():
+                    start += 1
+                    if not ctx.get(core.busy):
+                        break
+                cycles.append(start)
+                counters.append([int(ctx.get(core.counters[i])) for i in range(len(COUNTERS))])
+                if progress is not None:
+                    progress(run + 1, runs)
+
+        def feeder(stream_name, index):
+            async def feed(ctx):
+                for run in range(runs):
+                    await put_all(ctx, getattr(core, f"{stream_name}_stream"),
+                                  packed[stream_name],
+                                  Pattern(stall, seed * 7 + index * 101 + run))
+            return feed
+
+        async def sink(ctx):
+            for run in range(runs):
+                beats = await get_all(ctx, core.o_stream, out_count,
+                                      Pattern(stall, seed * 7 + 5 + run))
+                outputs.append(beats)
+
+        return [driver, feeder("p", 1), feeder("x", 2), feeder("w", 3), sink]
+
+    macs = shape.macs()
+    deadline = deadline_cycles or runs * (20 * macs // cfg.pes + 20_000) * (
+        1 + int(20 * stall))
+    run_simulation(core, benches, name, deadline_cycles=deadline)
+    lanes = [[unpack(out_layout, beat)["y"] for beat in beats] for beats in outputs]
+    last_flags = [unpack(out_layout, beat)["last"] for beat in outputs[-1]]
+    if last_flags[-1] != 1 or any(last_flags[:-1]):
+        raise AssertionError(f"{name}: 'last' must mark only the final output beat, "
+                             f"got {last_flags}")
+    y = collect_output(cfg, lanes[-1], shape.seq_len, shape.d_model)
+    return CoreRun(y=y, cycles=cycles[-1], counters=dict(zip(COUNTERS, counters[-1])))
+
