@@ -16,7 +16,8 @@ __all__ = ["Result", "BACKENDS", "run_backend"]
 @dataclass
 class Result:
     """Integer output ``y_int`` (L x D), probabilities ``probs`` (H x L x L integers) and the
-    cycle count (``None`` for the golden model)."""
+    cycle count (``None`` for the golden model). The hardware backends return the core's
+    output; their probabilities are golden's (the core keeps them on chip)."""
 
     y_int: np.ndarray
     probs: np.ndarray
@@ -28,7 +29,53 @@ def _golden(cfg, model, x_int, mask, progress=None) -> Result:
     return Result(y_int=trace.y, probs=trace.probs)
 
 
-BACKENDS = {"golden": _golden}
+def _causal_and_padding(mask, seq_len):
+    """The core implements causal and key-padding masks: recover (causal, valid_len) from a
+    boolean mask, or raise if the mask is of another kind."""
+    from golden import make_mask
+
+    if mask is None:
+        return False, None
+    mask = np.asarray(mask, dtype=bool)
+    for causal in (False, True):
+        for valid_len in range(seq_len, -1, -1):
+            if np.array_equal(mask, make_mask(seq_len, causal=causal, valid_len=valid_len)):
+                return causal, (None if valid_len == seq_len else valid_len)
+    raise ValueError("the hardware backends support causal and key-padding masks only; "
+                     "this mask is neither")
+
+
+def _amaranth(cfg, model, x_int, mask, progress=None) -> Result:
+    from golden import attention_int
+    from sim.core_sim import simulate_core
+
+    causal, valid_len = _causal_and_padding(mask, x_int.shape[0])
+    run = simulate_core(cfg, model, x_int, causal=causal, valid_len=valid_len,
+                        name="attn_run", progress=progress)
+    probs = attention_int(cfg, model, x_int, mask).probs
+    return Result(y_int=run.y, probs=probs, cycles=run.cycles)
+
+
+def _hdl(sim):
+    def run(cfg, model, x_int, mask, progress=None) -> Result:
+        from golden import attention_int
+        from sim.cocotb_runner import simulator_missing
+        from sim.core_cocotb import run_core_hdl
+
+        reason = simulator_missing(sim)
+        if reason:
+            raise ValueError(f"backend {sim!r} is unavailable: {reason}")
+        causal, valid_len = _causal_and_padding(mask, x_int.shape[0])
+        if progress is not None:
+            progress(f"building and simulating the core on {sim}")
+        y, info = run_core_hdl(sim, cfg, model, x_int, causal=causal, valid_len=valid_len)
+        probs = attention_int(cfg, model, x_int, mask).probs
+        return Result(y_int=y, probs=probs, cycles=info["cycles"])
+    return run
+
+
+BACKENDS = {"golden": _golden, "amaranth": _amaranth, "icarus": _hdl("icarus"),
+            "verilator": _hdl("verilator")}
 
 
 def run_backend(name: str, cfg, model, x_int, mask, progress=None) -> Result:

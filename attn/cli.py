@@ -34,7 +34,18 @@ def cmd_run(args) -> int:
     model = calibrate(cfg, mha, x, mask)
     x_int = quantize_input(x, model, cfg)
     start = time.perf_counter()
-    result = run_backend(args.backend, cfg, model, x_int, mask)
+
+    def progress(done, ideal=None):
+        if isinstance(done, str):
+            print(f"attn run: {done}", file=sys.stderr)
+        else:
+            print(f"\rattn run: {done:,} cycles simulated (ideal run: {ideal:,})", end="",
+                  file=sys.stderr, flush=True)
+
+    result = run_backend(args.backend, cfg, model, x_int, mask,
+                         progress=None if args.quiet else progress)
+    if args.backend == "amaranth" and not args.quiet:
+        print(file=sys.stderr)
     seconds = time.perf_counter() - start
     y = dequantize_output(result.y_int, model)
     ref = mha_float(x, mha, mask)["y"]
@@ -49,6 +60,52 @@ def cmd_run(args) -> int:
     print(f"attn run: L={seq_len} D={d_model} H={mha.num_heads} on {args.backend} "
           f"(config {cfg.name!r}){cycles}, {seconds:.2f} s; relative error vs float64 "
           f"{rel:.3%}; wrote {args.output}")
+    return 0
+
+
+def _parse_overrides(cfg, items):
+    changes = {}
+    fields = cfg.to_dict()
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in fields or name == "name":
+            raise InputError(f"--set takes FIELD=VALUE with FIELD one of "
+                             f"{', '.join(f for f in fields if f != 'name')}; got {item!r}")
+        current = fields[name]
+        if isinstance(current, bool):
+            if value.lower() not in ("0", "1", "true", "false"):
+                raise InputError(f"--set {name} takes true or false, not {value!r}")
+            changes[name] = value.lower() in ("1", "true")
+        elif isinstance(current, int):
+            try:
+                changes[name] = int(value)
+            except ValueError:
+                raise InputError(f"--set {name} takes an integer, not {value!r}") from None
+        else:
+            changes[name] = value
+    return cfg.replace(**changes) if changes else cfg
+
+
+def cmd_verilog(args) -> int:
+    from pathlib import Path
+
+    from amaranth.back import verilog as amaranth_verilog
+
+    from hw.core import AttentionCore
+    from sim.cocotb_runner import component_ports
+
+    cfg = _parse_overrides(preset(args.preset), args.set)
+    out = Path(args.output)
+    if not out.parent.is_dir():
+        raise InputError(f"output folder {out.parent} does not exist")
+    core = AttentionCore(cfg)
+    text = amaranth_verilog.convert(core, name="attention_core", ports=component_ports(core))
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    print(f"attn verilog: wrote {out} ({len(text.splitlines()):,} lines; config "
+          f"{cfg.name!r}: {cfg.rows}x{cfg.cols} array, Lmax={cfg.max_seq_len}, "
+          f"Dmax={cfg.max_d_model}, Hmax={cfg.max_heads})")
     return 0
 
 
@@ -87,7 +144,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="configuration preset (default: one fitted to the model and input)")
     run.add_argument("--heads", type=int, default=None,
                      help="number of heads (overrides num_heads in the model file)")
+    run.add_argument("--quiet", action="store_true", help="no progress output")
     run.set_defaults(func=cmd_run)
+
+    verilog = sub.add_parser("verilog", help="write synthesizable Verilog of the core",
+                             description="Write the attention core of a configuration as one "
+                             "Verilog module (top 'attention_core').")
+    verilog.add_argument("--preset", choices=sorted(PRESETS), default="default",
+                         help="configuration preset (default: default)")
+    verilog.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                         help="override a configuration field, e.g. --set rows=8 (repeatable)")
+    verilog.add_argument("-o", "--output", required=True, metavar="FILE.v")
+    verilog.set_defaults(func=cmd_verilog)
 
     presets = sub.add_parser("presets", help="list the configuration presets")
     presets.add_argument("--json", action="store_true", help="every field, as JSON")

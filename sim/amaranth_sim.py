@@ -17,17 +17,20 @@ __all__ = ["run_simulation"]
 
 
 def run_simulation(dut, testbenches, name: str, *, period: float = 1e-8,
-                   deadline_cycles: int | None = None) -> None:
+                   deadline_cycles: int | None = None, processes=()) -> None:
     """Simulate ``dut`` with a clock and the given async ``testbenches`` until they return.
 
     ``deadline_cycles`` bounds the run: if the testbenches are still waiting then, the run
-    fails instead of hanging.
+    fails instead of hanging. ``processes`` are added as background processes (they do not
+    keep the simulation running).
     """
     def build():
         sim = Simulator(dut)
         sim.add_clock(period)
         for tb in testbenches():
             sim.add_testbench(tb)
+        for process in processes:
+            sim.add_process(process)
         if deadline_cycles is not None:
             async def watchdog(ctx):
                 await ctx.delay(deadline_cycles * period)

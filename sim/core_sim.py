@@ -48,7 +48,8 @@ def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: flo
     """Simulate ``runs`` back-to-back runs of the core (the result is the last one's).
 
     ``stall`` is the probability of an idle cycle on each input stream and of backpressure on
-    the output (0 = none).
+    the output (0 = none). ``progress(cycles_done, ideal_cycles)`` is called every 5,000
+    simulated cycles.
     """
     core = core or AttentionCore(cfg)
     streams = core_streams(cfg, model, x_int, causal=causal, valid_len=valid_len)
@@ -60,7 +61,7 @@ def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: flo
 
     def benches():
         async def driver(ctx):
-            for run in range(runs):
+            for _ in range(runs):
                 ctx.set(Value.cast(core.start.payload), packed["start"])
                 ctx.set(core.start.valid, 1)
                 await ctx.tick().until(core.start.ready)
@@ -72,8 +73,6 @@ def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: flo
                         break
                 cycles.append(start)
                 counters.append([int(ctx.get(core.counters[i])) for i in range(len(COUNTERS))])
-                if progress is not None:
-                    progress(run + 1, runs)
 
         def feeder(stream_name, index):
             async def feed(ctx):
@@ -91,10 +90,20 @@ def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: flo
 
         return [driver, feeder("p", 1), feeder("x", 2), feeder("w", 3), sink]
 
+    ideal = runs * shape.macs() // cfg.pes
+
+    async def reporter(ctx):        # a process, not a testbench: it never holds the run open
+        done = 0
+        while True:
+            await ctx.delay(5000 * 1e-8)
+            done += 5000
+            progress(done, ideal)
+
     macs = shape.macs()
     deadline = deadline_cycles or runs * (20 * macs // cfg.pes + 20_000) * (
         1 + int(20 * stall))
-    run_simulation(core, benches, name, deadline_cycles=deadline)
+    run_simulation(core, benches, name, deadline_cycles=deadline,
+                   processes=[reporter] if progress is not None else [])
     lanes = [[unpack(out_layout, beat)["y"] for beat in beats] for beats in outputs]
     last_flags = [unpack(out_layout, beat)["last"] for beat in outputs[-1]]
     if last_flags[-1] != 1 or any(last_flags[:-1]):

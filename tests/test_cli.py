@@ -54,6 +54,38 @@ def test_run_writes_the_contracted_outputs(tmp_path, capsys):
         assert "cycles" not in out.files
 
 
+def test_amaranth_backend_equals_golden(tmp_path, capsys):
+    write_model(tmp_path / "m.npz", d_model=8, heads=2)
+    write_input(tmp_path / "i.npz", seq_len=5, d_model=8, causal=np.bool_(True))
+    assert run(tmp_path, "--preset", "tiny", "--quiet", out="golden.npz") == 0
+    assert run(tmp_path, "--preset", "tiny", "--backend", "amaranth", out="hw.npz") == 0
+    assert "cycles" in capsys.readouterr().out
+    with np.load(tmp_path / "golden.npz") as g, np.load(tmp_path / "hw.npz") as h:
+        assert np.array_equal(g["y_int"], h["y_int"])
+        assert int(h["cycles"]) > 0
+
+
+def test_hardware_backends_refuse_other_masks(tmp_path, capsys):
+    write_model(tmp_path / "m.npz", d_model=8, heads=2)
+    mask = np.zeros((4, 4), bool)
+    mask[2, 1] = True
+    write_input(tmp_path / "i.npz", seq_len=4, d_model=8, mask=mask)
+    assert run(tmp_path, "--preset", "tiny", "--backend", "amaranth") == 2
+    assert "causal and key-padding masks only" in capsys.readouterr().err
+
+
+def test_verilog_command(tmp_path, capsys):
+    assert main(["verilog", "--preset", "tiny", "--set", "max_seq_len=4", "-o",
+                 str(tmp_path / "core.v")]) == 0
+    text = (tmp_path / "core.v").read_text()
+    assert "module attention_core" in text and "o_stream__payload" in text
+    assert main(["verilog", "--set", "cols=3", "-o", str(tmp_path / "bad.v")]) == 2
+    assert "cols must be a power of two" in capsys.readouterr().err
+    assert main(["verilog", "--set", "rows", "-o", str(tmp_path / "bad.v")]) == 2
+    assert "--set takes FIELD=VALUE" in capsys.readouterr().err
+    assert not (tmp_path / "bad.v").exists()
+
+
 def test_run_derives_a_config_for_large_models(tmp_path):
     write_model(tmp_path / "m.npz", d_model=384, heads=12)
     write_input(tmp_path / "i.npz", seq_len=6, d_model=384)

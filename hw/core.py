@@ -1,0 +1,852 @@
+"""The attention core: multi-head self-attention from X and the weights to the output, on one
+systolic array and one softmax unit, bit-exact with :func:`golden.attention_int`.
+
+Schedule of one run (``L x D``, ``H`` heads of ``d``, array ``R x C``; counts in
+:class:`hw.core_io.CoreShape`):
+
+1. *load*: the requantization constants (``p_stream``) and X (``x_stream``) into on-chip
+   memories;
+2. *projections*: for each tile of ``C`` channels of Q, K, V (``matrix -> head -> block``) and
+   each block of ``R`` tokens, one array tile ``X_blk · W_tileᵀ`` (``K = D``); the first row
+   block takes the weights from ``w_stream`` and keeps them for the other row blocks; results
+   are requantized per channel into the Q, K, V buffers;
+3. *attention*: for each row block and head (``n = rb * H + h``) two array operations, scores
+   ``S(n) = Q_h · K_hᵀ`` (``L / C`` tiles of ``K = d``) and ``PV(n) = P_h · V_h`` (``d / C``
+   tiles of ``K = L``), issued in the order ``S(0) S(1) PV(0) S(2) PV(1) ...`` so the softmax
+   of block ``n`` (score rows streamed from a double-buffered score memory into
+   :class:`hw.softmax.Softmax`, probabilities into a double-buffered P memory) runs while the
+   array computes ``PV(n-1)`` and ``S(n+1)``;
+4. *output*: for each tile of ``C`` output channels and each row block, ``concat · W_oᵀ``
+   (``K = D``, weights from ``w_stream`` as in 2), requantized and sent out on ``o_stream``.
+
+Stream formats and orders: :mod:`hw.core_io`. Buffers (``amaranth.lib.memory``): X, Q and the
+concatenated head outputs in ``R`` banks (token mod R), K in ``C`` banks (token mod C), V in
+one memory, each word holding ``C`` channels of one token with the channels of each head
+starting on a word boundary; scores (2 slots of ``R x L``), P (``R`` banks of 2 slots of
+``L``), one tile of weights (``D`` words), the constants (one word per tile).
+
+The array and the softmax are never given a beat they cannot take, so valid/ready stalls on any
+stream only pause the core. Rows and columns of a tile past ``L``, ``D`` or ``d`` are fed
+zeros and their results are dropped.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .core_io import lanes_layout, param_layout, run_args_layout
+from .requant import Requantizer
+from .softmax import Softmax
+from .systolic import SystolicArray
+
+__all__ = ["AttentionCore", "COUNTERS"]
+
+#: Names of the performance counters, in the order of :attr:`AttentionCore.counters`.
+COUNTERS = ("cycles", "array_beats", "array_starved", "softmax_beats", "w_wait",
+            "out_stall")
+
+# operations of the array
+_PROJ, _S, _PV, _OUT = range(4)
+
+
+def _log2(n: int) -> int:
+    return (n - 1).bit_length()
+
+
+def _pow2(n: int) -> int:
+    return 1 << _log2(max(n, 1))
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+class AttentionCore(wiring.Component):
+    """Multi-head self-attention core for one :class:`attn.AttnConfig`.
+
+    Parameters
+    ----------
+    cfg : AttnConfig
+        Every width, the maximum shape and the array size. ``rows`` and ``cols`` must be
+        powers of two.
+
+    Members
+    -------
+    start : In(stream.Signature(run_args_layout(cfg)))
+        One beat starts a run (accepted only while idle).
+    p_stream, x_stream, w_stream : In(stream.Signature(...))
+        Constants, input and weights, in the orders of :mod:`hw.core_io`.
+    o_stream : Out(stream.Signature(...))
+        The output, ``C`` channels of one token per beat, ``last`` on the run's final beat.
+    busy : Out(1)
+        High from the accepted ``start`` beat until the last output beat has left.
+    counters : Out(data.ArrayLayout(32, len(COUNTERS)))
+        Performance counters (:data:`COUNTERS`), cleared by each ``start``.
+    """
+
+    def __init__(self, cfg):
+        for name in ("rows", "cols"):
+            value = getattr(cfg, name)
+            if value & (value - 1):
+                self._MustUse__silence = True
+                raise ValueError(f"{name} must be a power of two for the attention core, "
+                                 f"not {value}")
+        self.cfg = cfg
+        out_layout = data.StructLayout({"y": lanes_layout(cfg, cfg.y_bits), "last": 1})
+        super().__init__({
+            "start": In(stream.Signature(run_args_layout(cfg))),
+            "p_stream": In(stream.Signature(param_layout(cfg))),
+            "x_stream": In(stream.Signature(lanes_layout(cfg, cfg.x_bits))),
+            "w_stream": In(stream.Signature(lanes_layout(cfg, cfg.w_bits))),
+            "o_stream": Out(stream.Signature(out_layout)),
+            "busy": Out(1),
+            "counters": Out(data.ArrayLayout(32, len(COUNTERS))),
+        })
+
+    # -- static sizes --------------------------------------------------------------------
+
+    @property
+    def words_per_token(self) -> int:
+        """Words of the Q/K/V/concat buffers per token (heads start on word boundaries)."""
+        cfg = self.cfg
+        return _pow2(_ceil_div(cfg.max_d_model, cfg.cols) + cfg.max_heads)
+
+    @property
+    def requant_units(self) -> int:
+        """Requantizers working in parallel (each one value per cycle): enough for a result row
+        of ``R x C`` values every 8 cycles, so tiles with reductions of 8 or more never wait."""
+        cfg = self.cfg
+        return min(cfg.cols, _pow2(_ceil_div(cfg.rows * cfg.cols, 8)))
+
+    @property
+    def x_words_per_token(self) -> int:
+        return _pow2(_ceil_div(self.cfg.max_d_model, self.cfg.cols))
+
+    @property
+    def max_tiles(self) -> int:
+        """Constant words: projection and output tiles."""
+        return _pow2(3 * self.words_per_token + self.x_words_per_token)
+
+    def buffer_bits(self) -> dict:
+        """Bits of every on-chip buffer (for docs and reports)."""
+        cfg = self.cfg
+        r, c, lmax = cfg.rows, cfg.cols, cfg.max_seq_len
+        wpt = self.words_per_token
+        lane = cfg.cols
+        blocks_r, blocks_c = _pow2(_ceil_div(lmax, r)), _pow2(_ceil_div(lmax, c))
+        return {
+            "x": r * blocks_r * self.x_words_per_token * lane * cfg.x_bits,
+            "q": r * blocks_r * wpt * lane * cfg.qkv_bits,
+            "k": c * blocks_c * wpt * lane * cfg.qkv_bits,
+            "v": _pow2(lmax) * wpt * lane * cfg.qkv_bits,
+            "concat": r * blocks_r * wpt * lane * cfg.head_bits,
+            "scores": 2 * _pow2(r) * blocks_c * lane * cfg.score_bits,
+            "probs": r * 2 * _pow2(lmax) * cfg.prob_bits,
+            "weights": _pow2(cfg.max_d_model) * lane * cfg.w_bits,
+            "params": self.max_tiles * lane * (cfg.bias_bits + cfg.mult_bits + cfg.shift_bits),
+        }
+
+    # -- gateware ------------------------------------------------------------------------
+
+    def elaborate(self, platform):
+        cfg = self.cfg
+        m = Module()
+        R, C = cfg.rows, cfg.cols
+        lr, lc = _log2(R), _log2(C)
+        lmax, dmax, hmax = cfg.max_seq_len, cfg.max_d_model, cfg.max_heads
+        wpt_bits = _log2(self.words_per_token)
+        xw_bits = _log2(self.x_words_per_token)
+        rblk_bits = _log2(_ceil_div(lmax, R))
+        cblk_bits = _log2(_ceil_div(lmax, C))
+        tok_bits = _log2(lmax)
+        slot_rows = _pow2(R)
+
+        m.submodules.array = array = SystolicArray.from_config(cfg)
+        m.submodules.softmax = softmax = Softmax(cfg=cfg)
+        # Requantizers in lockstep, each on C / units lanes of every result row; the results
+        # are clamped afterwards to the width of the row's stage (clamping to a wider range
+        # first changes nothing).
+        rq_bits = max(cfg.qkv_bits, cfg.score_bits, cfg.head_bits, cfg.y_bits)
+        multiplier = "shift_add" if getattr(platform, "family", None) == "ice40" else "infer"
+        units = self.requant_units
+        per = C // units
+        rqs = []
+        for g in range(units):
+            rqs.append(Requantizer(lanes=per, in_bits=cfg.acc_bits, bias_bits=cfg.bias_bits,
+                                   mult_bits=cfg.mult_bits, shift_bits=cfg.shift_bits,
+                                   out_bits=rq_bits, rounding=cfg.rounding,
+                                   multiplier=multiplier))
+            m.submodules[f"requant_{g}"] = rqs[g]
+        rq = rqs[0]
+
+        def mem(name, shape, depth):
+            memory = Memory(shape=shape, depth=max(depth, 2), init=[])
+            m.submodules[name] = memory
+            return memory
+
+        qkv_lanes = data.ArrayLayout(signed(cfg.qkv_bits), C)   # written lane by lane
+        x_mem = [mem(f"x_{r}", lanes_layout(cfg, cfg.x_bits), (1 << rblk_bits) << xw_bits)
+                 for r in range(R)]
+        q_mem = [mem(f"q_{r}", qkv_lanes, (1 << rblk_bits) << wpt_bits) for r in range(R)]
+        k_mem = [mem(f"k_{c}", qkv_lanes, (1 << cblk_bits) << wpt_bits) for c in range(C)]
+        v_mem = mem("v", qkv_lanes, (1 << tok_bits) << wpt_bits)
+        o_mem = [mem(f"concat_{r}", data.ArrayLayout(signed(cfg.head_bits), C),
+                     (1 << rblk_bits) << wpt_bits) for r in range(R)]
+        s_mem = mem("scores", data.ArrayLayout(signed(cfg.score_bits), C),
+                    2 * slot_rows << cblk_bits)
+        p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), 2 << tok_bits) for r in range(R)]
+        w_mem = mem("weights", lanes_layout(cfg, cfg.w_bits), _pow2(dmax))
+        c_mem = mem("params", param_layout(cfg), self.max_tiles)
+        head_layout = data.StructLayout({"mult": unsigned(cfg.mult_bits),
+                                         "shift": unsigned(cfg.shift_bits)})
+        h_mem = mem("head_params", head_layout, 2 * _pow2(hmax))
+
+        # ---- run arguments and derived counts ------------------------------------------
+        args = Signal(run_args_layout(cfg))
+        L, D, H, d = args.seq_len, args.d_model, args.heads, args.head_dim
+        wph = Signal(range(dmax + 1))      # words per head
+        wpd = Signal(range(dmax + 1))      # words per token of X / output tiles
+        n_rb = Signal(range(lmax + 1))     # row blocks
+        n_kb = Signal(range(lmax + 1))     # key blocks
+        m.d.comb += [
+            wph.eq((d + C - 1) >> lc), wpd.eq((D + C - 1) >> lc),
+            n_rb.eq((L + R - 1) >> lr), n_kb.eq((L + C - 1) >> lc),
+        ]
+
+        # ---- top-level sequence ---------------------------------------------------------
+        running = Signal()
+        outstanding = Signal(range(64))    # tiles issued to the array and not yet written
+        tile_issued = Signal()
+        tile_retired = Signal()
+        m.d.sync += outstanding.eq(outstanding + tile_issued - tile_retired)
+        out_done = Signal()                 # last output beat left
+        m.d.comb += self.busy.eq(running)
+
+        # phase flags driven by the FSM
+        load_p, load_x, phase_proj, phase_att, phase_out = (Signal(name=n) for n in (
+            "load_p", "load_x", "phase_proj", "phase_att", "phase_out"))
+        proj_done = Signal()       # every projection tile issued
+        att_done = Signal()        # every attention op issued
+        out_issued = Signal()      # every output tile issued
+
+        # loading counters
+        lp_m, lp_h, lp_j = Signal(range(3)), Signal(range(hmax)), Signal(range(dmax))
+        lp_stage = Signal(range(3))        # 0 projection tiles, 1 output tiles, 2 heads
+        lp_idx = Signal(range(self.max_tiles))
+        lp_half = Signal()                 # head params: score (0) / P.V (1)
+        lx_tok, lx_w = Signal(range(lmax + 1)), Signal(range(dmax))
+        x_loaded = Signal()                # every token of X is in its buffer
+
+        with m.FSM(name="phase"):
+            with m.State("IDLE"):
+                m.d.comb += self.start.ready.eq(1)
+                with m.If(self.start.valid):
+                    m.d.sync += [args.eq(self.start.payload), running.eq(1)]
+                    m.d.sync += [lp_m.eq(0), lp_h.eq(0), lp_j.eq(0), lp_stage.eq(0),
+                                 lp_idx.eq(0), lp_half.eq(0), lx_tok.eq(0), lx_w.eq(0)]
+                    m.next = "LOAD_P"
+            with m.State("LOAD_P"):
+                m.d.comb += load_p.eq(1)
+                with m.If(self.p_stream.valid):
+                    with m.Switch(lp_stage):
+                        with m.Case(0):
+                            m.d.sync += lp_idx.eq(lp_idx + 1)
+                            with m.If(lp_j + 1 == wph):
+                                m.d.sync += lp_j.eq(0)
+                                with m.If(lp_h + 1 == H):
+                                    m.d.sync += lp_h.eq(0)
+                                    with m.If(lp_m == 2):
+                                        m.d.sync += [lp_m.eq(0), lp_stage.eq(1)]
+                                    with m.Else():
+                                        m.d.sync += lp_m.eq(lp_m + 1)
+                                with m.Else():
+                                    m.d.sync += lp_h.eq(lp_h + 1)
+                            with m.Else():
+                                m.d.sync += lp_j.eq(lp_j + 1)
+                        with m.Case(1):
+                            m.d.sync += lp_idx.eq(lp_idx + 1)
+                            with m.If(lp_j + 1 == wpd):
+                                m.d.sync += [lp_j.eq(0), lp_stage.eq(2)]
+                            with m.Else():
+                                m.d.sync += lp_j.eq(lp_j + 1)
+                        with m.Case(2):
+                            m.d.sync += lp_half.eq(~lp_half)
+                            with m.If(lp_half):
+                                with m.If(lp_h + 1 == H):
+                                    m.d.sync += lp_h.eq(0)
+                                    m.next = "PROJ"
+                                with m.Else():
+                                    m.d.sync += lp_h.eq(lp_h + 1)
+            with m.State("PROJ"):
+                m.d.comb += phase_proj.eq(1)
+                with m.If(proj_done & (outstanding == 0) & ~tile_issued):
+                    m.next = "ATT"
+            with m.State("ATT"):
+                m.d.comb += phase_att.eq(1)
+                with m.If(att_done & (outstanding == 0) & ~tile_issued):
+                    m.next = "OUT"
+            with m.State("OUT"):
+                m.d.comb += phase_out.eq(1)
+                with m.If(out_done):
+                    m.d.sync += running.eq(0)
+                    m.next = "IDLE"
+
+        # loads: memory writes
+        # X loads while the projections run: a row block is fed once its tokens are in
+        with m.If(~running):
+            m.d.sync += x_loaded.eq(0)
+        m.d.comb += load_x.eq(phase_proj & ~x_loaded)
+        with m.If(load_x & self.x_stream.valid):
+            with m.If(lx_w + 1 == wpd):
+                m.d.sync += [lx_w.eq(0), lx_tok.eq(lx_tok + 1)]
+                with m.If(lx_tok + 1 == L):
+                    m.d.sync += x_loaded.eq(1)
+            with m.Else():
+                m.d.sync += lx_w.eq(lx_w + 1)
+        m.d.comb += [self.p_stream.ready.eq(load_p), self.x_stream.ready.eq(load_x)]
+        wp = c_mem.write_port()
+        m.d.comb += [wp.addr.eq(lp_idx), wp.data.eq(self.p_stream.payload),
+                     wp.en.eq(load_p & self.p_stream.valid & (lp_stage != 2))]
+        hwp = h_mem.write_port()
+        m.d.comb += [hwp.addr.eq(Cat(lp_half, lp_h)),
+                     hwp.data.mult.eq(self.p_stream.payload.mult[0]),
+                     hwp.data.shift.eq(self.p_stream.payload.shift[0]),
+                     hwp.en.eq(load_p & self.p_stream.valid & (lp_stage == 2))]
+        for r in range(R):
+            port = x_mem[r].write_port()
+            m.d.comb += [port.addr.eq(Cat(lx_w[:xw_bits], lx_tok[lr:])),
+                         port.data.eq(self.x_stream.payload),
+                         port.en.eq(load_x & self.x_stream.valid & (lx_tok[:lr] == r))]
+
+        # ---- feeder: array operations --------------------------------------------------
+        # F0: counters -> memory addresses (issue); F1: memory data -> array beat.
+        f1_valid = Signal()
+        adv = Signal()
+        m.d.comb += adv.eq(~f1_valid | array.i_stream.ready)
+
+        desc_layout = data.StructLayout({
+            "op": unsigned(2), "target": unsigned(2), "rb": unsigned(max(1, rblk_bits)),
+            "blk": unsigned(max(1, cblk_bits, wpt_bits)), "hword": unsigned(wpt_bits),
+            "head": unsigned(max(1, _log2(hmax))), "slot": unsigned(1),
+            "tile": unsigned(_log2(self.max_tiles) or 1), "col_mask": unsigned(C),
+            "op_last": unsigned(1), "run_last": unsigned(1), "params": param_layout(cfg),
+        })
+        desc_depth = 8
+        m.submodules.desc = desc = fifo.SyncFIFOBuffered(width=desc_layout.size,
+                                                         depth=desc_depth)
+        # A tile's descriptor is pushed the cycle after its first beat is issued, together
+        # with its requantization constants read from memory in the issue cycle.
+        desc_in = Signal(desc_layout)
+        pend = Signal()
+        pend_desc = Signal(desc_layout)
+
+        issue = Signal()            # F0 issues a beat this cycle
+        cur_op = Signal(3, init=7)  # 7 = none
+        k = Signal(range(max(lmax, dmax) + 1))
+        k_lane = Signal(max(1, lc))
+        k_word = Signal(wpt_bits + 1)
+        rb = Signal(range(lmax + 1))
+        rem_rows = Signal(range(lmax + 1))     # L - rb * R
+        blk = Signal(range(max(lmax, dmax) + 1))
+        rem_cols = Signal(range(max(lmax, dmax) + 1))
+        first, last = Signal(), Signal()
+        tile = Signal(range(self.max_tiles + 1))
+
+        # projection loop (matrix, head, block) and its head base word
+        pj_m, pj_h, pj_j = Signal(range(3)), Signal(range(hmax)), Signal(range(dmax + 1))
+        pj_base = Signal(wpt_bits + 1)
+        # attention op counters: S and PV sequences, each with (rb, head, base word)
+        s_rb, s_h, s_base, s_n = (Signal(range(lmax + 1)), Signal(range(hmax)),
+                                  Signal(wpt_bits + 1), Signal(16))
+        pv_rb, pv_h, pv_base, pv_n = (Signal(range(lmax + 1)), Signal(range(hmax)),
+                                      Signal(wpt_bits + 1), Signal(16))
+        s_end, pv_end = Signal(), Signal()
+        s_drained = Signal(16)      # S ops fully written to the score memory
+        sm_done = Signal(16)        # softmax blocks fully written to the P memory
+        # output loop
+        ot_cb = Signal(range(dmax + 1))
+        ot_h, ot_j, ot_base = Signal(range(hmax)), Signal(range(dmax + 1)), Signal(wpt_bits + 1)
+
+        with m.If(~running):
+            m.d.sync += [cur_op.eq(7), pj_m.eq(0), pj_h.eq(0), pj_j.eq(0), pj_base.eq(0),
+                         s_rb.eq(0), s_h.eq(0), s_base.eq(0), s_n.eq(0), s_end.eq(0),
+                         pv_rb.eq(0), pv_h.eq(0), pv_base.eq(0), pv_n.eq(0), pv_end.eq(0),
+                         ot_cb.eq(0), tile.eq(0), proj_done.eq(0), att_done.eq(0),
+                         out_issued.eq(0), rb.eq(0)]
+
+        # choose the next operation when none is in progress
+        want_w = Signal()           # this beat takes its weights from w_stream
+        can_issue = Signal()
+        m.d.comb += want_w.eq(((cur_op == _PROJ) | (cur_op == _OUT)) & (rb == 0))
+        x_ready = Signal()          # the tokens of the current projection row block are loaded
+        m.d.comb += x_ready.eq(x_loaded | (lx_tok >= ((rb + 1) << lr)))
+        m.d.comb += can_issue.eq(adv & (cur_op != 7) & (~first | (desc.level + pend
+                                                                   < desc_depth - 1))
+                                 & ((cur_op != _PROJ) | x_ready)
+                                 & (~want_w | self.w_stream.valid))
+        m.d.comb += issue.eq(can_issue)
+        m.d.comb += self.w_stream.ready.eq(can_issue & want_w)
+
+        def start_tile(op, k_word_init):
+            m.d.sync += [k.eq(0), k_lane.eq(0), k_word.eq(k_word_init)]
+
+        with m.If(cur_op == 7):
+            with m.If(phase_proj & ~proj_done):
+                m.d.sync += [cur_op.eq(_PROJ), rb.eq(0), rem_rows.eq(L),
+                             rem_cols.eq(d - (pj_j << lc))]
+                start_tile(_PROJ, 0)
+            with m.Elif(phase_att & ~att_done):
+                # S(s_n) while it is at most one ahead of PV; else PV(pv_n) once its
+                # probabilities are complete
+                with m.If(~s_end & (s_n <= pv_n + 1)):
+                    m.d.sync += [cur_op.eq(_S), blk.eq(0), rem_cols.eq(L),
+                                 rem_rows.eq(L - (s_rb << lr))]
+                    start_tile(_S, s_base)
+                with m.Elif(~pv_end & (sm_done > pv_n)):
+                    m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
+                                 rem_rows.eq(L - (pv_rb << lr))]
+                    start_tile(_PV, pv_base)
+            with m.Elif(phase_out & ~out_issued):
+                m.d.sync += [cur_op.eq(_OUT), rb.eq(0), rem_rows.eq(L),
+                             rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
+                             ot_base.eq(0)]
+                start_tile(_OUT, 0)
+
+        # reduction length and "first/last" of the current tile
+        red_len = Signal(range(max(lmax, dmax) + 1))
+        with m.Switch(cur_op):
+            with m.Case(_PROJ, _OUT):
+                m.d.comb += red_len.eq(D)
+            with m.Case(_S):
+                m.d.comb += red_len.eq(d)
+            with m.Case(_PV):
+                m.d.comb += red_len.eq(L)
+        m.d.comb += [first.eq(k == 0), last.eq(k + 1 == red_len)]
+
+        # advance the reduction counters on every issued beat
+        with m.If(issue):
+            m.d.sync += k.eq(k + 1)
+            if lc:
+                m.d.sync += k_lane.eq(k_lane + 1)
+                with m.If(k_lane == C - 1):
+                    m.d.sync += k_word.eq(k_word + 1)
+            else:
+                m.d.sync += k_word.eq(k_word + 1)
+            with m.If(cur_op == _OUT):
+                # channels of the concatenation run head by head
+                with m.If(ot_j + 1 == d):
+                    m.d.sync += [ot_j.eq(0), ot_h.eq(ot_h + 1), ot_base.eq(ot_base + wph),
+                                 k_word.eq(ot_base + wph), k_lane.eq(0)]
+                with m.Else():
+                    m.d.sync += ot_j.eq(ot_j + 1)
+
+        # end of a tile: next tile or next operation
+        with m.If(issue & last):
+            m.d.sync += [k.eq(0), k_lane.eq(0)]
+            with m.Switch(cur_op):
+                with m.Case(_PROJ, _OUT):
+                    m.d.sync += [ot_h.eq(0), ot_j.eq(0), ot_base.eq(0)]
+                    with m.If(rb + 1 < n_rb):
+                        m.d.sync += [rb.eq(rb + 1), rem_rows.eq(rem_rows - R),
+                                     k_word.eq(0)]
+                    with m.Else():
+                        m.d.sync += [cur_op.eq(7), tile.eq(tile + 1)]
+                        with m.If(cur_op == _PROJ):
+                            # next (matrix, head, block)
+                            with m.If(pj_j + 1 == wph):
+                                m.d.sync += pj_j.eq(0)
+                                with m.If(pj_h + 1 == H):
+                                    m.d.sync += [pj_h.eq(0), pj_base.eq(0)]
+                                    with m.If(pj_m == 2):
+                                        m.d.sync += proj_done.eq(1)
+                                    with m.Else():
+                                        m.d.sync += pj_m.eq(pj_m + 1)
+                                with m.Else():
+                                    m.d.sync += [pj_h.eq(pj_h + 1),
+                                                 pj_base.eq(pj_base + wph)]
+                            with m.Else():
+                                m.d.sync += pj_j.eq(pj_j + 1)
+                        with m.Else():
+                            with m.If(ot_cb + 1 == wpd):
+                                m.d.sync += out_issued.eq(1)
+                            with m.Else():
+                                m.d.sync += ot_cb.eq(ot_cb + 1)
+                with m.Case(_S):
+                    with m.If(blk + 1 < n_kb):
+                        m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
+                                     k_word.eq(s_base)]
+                    with m.Else():
+                        m.d.sync += [cur_op.eq(7), s_n.eq(s_n + 1)]
+                        with m.If(s_h + 1 == H):
+                            m.d.sync += [s_h.eq(0), s_base.eq(0)]
+                            with m.If(s_rb + 1 == n_rb):
+                                m.d.sync += s_end.eq(1)
+                            with m.Else():
+                                m.d.sync += s_rb.eq(s_rb + 1)
+                        with m.Else():
+                            m.d.sync += [s_h.eq(s_h + 1), s_base.eq(s_base + wph)]
+                with m.Case(_PV):
+                    with m.If(blk + 1 < wph):
+                        m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C)]
+                    with m.Else():
+                        m.d.sync += [cur_op.eq(7), pv_n.eq(pv_n + 1)]
+                        with m.If(pv_h + 1 == H):
+                            m.d.sync += [pv_h.eq(0), pv_base.eq(0)]
+                            with m.If(pv_rb + 1 == n_rb):
+                                m.d.sync += [pv_end.eq(1), att_done.eq(1)]
+                            with m.Else():
+                                m.d.sync += pv_rb.eq(pv_rb + 1)
+                        with m.Else():
+                            m.d.sync += [pv_h.eq(pv_h + 1), pv_base.eq(pv_base + wph)]
+
+        # descriptor of each tile, pushed with its first beat
+        cur_rb = Signal.like(rb)
+        with m.Switch(cur_op):
+            with m.Case(_S):
+                m.d.comb += cur_rb.eq(s_rb)
+            with m.Case(_PV):
+                m.d.comb += cur_rb.eq(pv_rb)
+            with m.Default():
+                m.d.comb += cur_rb.eq(rb)
+        col_mask = Signal(C)
+        m.d.comb += col_mask.eq(Cat(rem_cols > c for c in range(C)))
+        row_mask = Signal(R)
+        m.d.comb += row_mask.eq(Cat(rem_rows > r for r in range(R)))
+        m.d.comb += [
+            desc_in.op.eq(cur_op[:2]), desc_in.rb.eq(cur_rb),
+            desc_in.col_mask.eq(col_mask), desc_in.tile.eq(tile),
+            tile_issued.eq(issue & first),
+        ]
+        c_rd = c_mem.read_port()
+        h_rd = h_mem.read_port()
+        m.d.comb += [c_rd.addr.eq(tile),
+                     h_rd.addr.eq(Cat(cur_op == _PV, Mux(cur_op == _PV, pv_h, s_h)))]
+        m.d.sync += pend.eq(issue & first)
+        with m.If(issue & first):
+            m.d.sync += pend_desc.eq(desc_in)
+        pushed = data.View(desc_layout, desc.w_data)
+        m.d.comb += [desc.w_en.eq(pend), desc.w_data.eq(pend_desc)]
+        with m.If((pend_desc.op == _PROJ) | (pend_desc.op == _OUT)):
+            m.d.comb += pushed.params.eq(c_rd.data)
+        with m.Else():
+            for c in range(C):
+                m.d.comb += [pushed.params.mult[c].eq(h_rd.data.mult),
+                             pushed.params.shift[c].eq(h_rd.data.shift),
+                             pushed.params.bias[c].eq(0)]
+        with m.Switch(cur_op):
+            with m.Case(_PROJ):
+                m.d.comb += [desc_in.target.eq(pj_m), desc_in.hword.eq(pj_base + pj_j),
+                             desc_in.run_last.eq(0)]
+            with m.Case(_S):
+                m.d.comb += [desc_in.blk.eq(blk), desc_in.head.eq(s_h),
+                             desc_in.slot.eq(s_n[0]),
+                             desc_in.op_last.eq(blk + 1 == n_kb)]
+            with m.Case(_PV):
+                m.d.comb += [desc_in.hword.eq(pv_base + blk), desc_in.head.eq(pv_h),
+                             desc_in.slot.eq(pv_n[0])]
+            with m.Case(_OUT):
+                m.d.comb += desc_in.run_last.eq((ot_cb + 1 == wpd) & (rb + 1 == n_rb))
+
+        # memory reads for the beat being issued (data valid in F1)
+        f1 = Signal(data.StructLayout({
+            "op": unsigned(2), "lane": unsigned(max(1, lc)), "rows": unsigned(R),
+            "cols": unsigned(C), "first": 1, "last": 1, "wsrc": 1,
+        }))
+        f1_w = Signal(lanes_layout(cfg, cfg.w_bits))
+        with m.If(adv):
+            m.d.sync += f1_valid.eq(issue)
+        with m.If(issue):
+            m.d.sync += [f1.op.eq(cur_op[:2]), f1.lane.eq(k_lane), f1.rows.eq(row_mask),
+                         f1.first.eq(first), f1.last.eq(last), f1.wsrc.eq(want_w),
+                         f1.cols.eq(col_mask)]
+            with m.If(want_w):
+                m.d.sync += f1_w.eq(self.w_stream.payload)
+
+        wb_w = w_mem.write_port()
+        m.d.comb += [wb_w.addr.eq(k), wb_w.data.eq(self.w_stream.payload),
+                     wb_w.en.eq(issue & want_w)]
+        wb_r = w_mem.read_port(transparent_for=(wb_w,))
+        m.d.comb += [wb_r.addr.eq(k), wb_r.en.eq(adv)]
+
+        a_word_addr = Signal(rblk_bits + wpt_bits + 1)
+        m.d.comb += a_word_addr.eq(Cat(k_word[:wpt_bits], cur_rb[:rblk_bits]))
+        x_rd = [x_mem[r].read_port() for r in range(R)]
+        q_rd = [q_mem[r].read_port() for r in range(R)]
+        o_rd = [o_mem[r].read_port() for r in range(R)]
+        p_rd = [p_mem[r].read_port() for r in range(R)]
+        k_rd = [k_mem[c].read_port() for c in range(C)]
+        v_rd = v_mem.read_port()
+        for r in range(R):
+            m.d.comb += [
+                x_rd[r].addr.eq(Cat(k_word[:xw_bits], rb[:rblk_bits])), x_rd[r].en.eq(adv),
+                q_rd[r].addr.eq(a_word_addr), q_rd[r].en.eq(adv),
+                o_rd[r].addr.eq(a_word_addr), o_rd[r].en.eq(adv),
+                p_rd[r].addr.eq(Cat(k[:tok_bits], pv_n[0])), p_rd[r].en.eq(adv),
+            ]
+        for c in range(C):
+            m.d.comb += [k_rd[c].addr.eq(Cat(k_word[:wpt_bits], blk[:cblk_bits])),
+                         k_rd[c].en.eq(adv)]
+        m.d.comb += [v_rd.addr.eq(Cat((pv_base + blk)[:wpt_bits], k[:tok_bits])),
+                     v_rd.en.eq(adv)]
+
+        # F1: assemble the array beat
+        beat = array.i_stream.payload
+        m.d.comb += [array.i_stream.valid.eq(f1_valid), beat.first.eq(f1.first),
+                     beat.last.eq(f1.last)]
+        for r in range(R):
+            a = Signal(signed(cfg.a_bits), name=f"a_{r}")
+            with m.Switch(f1.op):
+                with m.Case(_PROJ):
+                    m.d.comb += a.eq(x_rd[r].data[f1.lane])
+                with m.Case(_S):
+                    m.d.comb += a.eq(q_rd[r].data[f1.lane])
+                with m.Case(_PV):
+                    m.d.comb += a.eq(p_rd[r].data)
+                with m.Case(_OUT):
+                    m.d.comb += a.eq(o_rd[r].data[f1.lane])
+            m.d.comb += beat.a[r].eq(Mux(f1.rows[r], a, 0))
+        for c in range(C):
+            b = Signal(signed(cfg.b_bits), name=f"b_{c}")
+            with m.Switch(f1.op):
+                with m.Case(_PROJ, _OUT):
+                    m.d.comb += b.eq(Mux(f1.wsrc, f1_w[c], wb_r.data[c]))
+                with m.Case(_S):
+                    m.d.comb += b.eq(k_rd[c].data[f1.lane])
+                with m.Case(_PV):
+                    m.d.comb += b.eq(v_rd.data[c])
+            m.d.comb += beat.b[c].eq(Mux(f1.cols[c], b, 0))
+
+        # ---- writer: array results -> requantization -> buffers / output ----------------
+        # The descriptor at the head of its FIFO belongs to the tile whose rows come out of
+        # the array next; it gives the requantizer that tile's constants, and each row's
+        # destination travels through a small FIFO beside the requantizer.
+        cur = data.View(desc_layout, desc.r_data)
+        for g, unit in enumerate(rqs):
+            lanes = range(g * per, (g + 1) * per)
+            m.d.comb += unit.p_stream.valid.eq(desc.r_rdy)
+            for i, c in enumerate(lanes):
+                m.d.comb += [unit.p_stream.payload.mult[i].eq(cur.params.mult[c]),
+                             unit.p_stream.payload.shift[i].eq(cur.params.shift[c]),
+                             unit.p_stream.payload.bias[i].eq(cur.params.bias[c])]
+        m.d.comb += desc.r_en.eq(rq.p_stream.valid & rq.p_stream.ready)
+
+        ctrl_layout = data.StructLayout({
+            "op": unsigned(2), "target": unsigned(2), "token": unsigned(_log2(lmax + R) + 1),
+            "row": unsigned(max(1, lr)), "blk": desc_layout["blk"].shape,
+            "hword": unsigned(wpt_bits), "slot": unsigned(1), "cols": unsigned(C),
+            "run_last": unsigned(1), "op_end": unsigned(1),
+        })
+        m.submodules.rows = rows_q = fifo.SyncFIFOBuffered(width=ctrl_layout.size, depth=4)
+        row = Signal(range(R))
+        into_rq = Signal()
+        for g, unit in enumerate(rqs):
+            m.d.comb += [unit.i_stream.valid.eq(array.o_stream.valid & rows_q.w_rdy),
+                         unit.i_stream.payload.last.eq(array.o_stream.payload.last)]
+            for i in range(per):
+                m.d.comb += unit.i_stream.payload.acc[i].eq(
+                    array.o_stream.payload.acc[g * per + i])
+        m.d.comb += [
+            array.o_stream.ready.eq(rq.i_stream.ready & rows_q.w_rdy),
+            into_rq.eq(array.o_stream.valid & array.o_stream.ready),
+        ]
+        with m.If(into_rq):
+            m.d.sync += row.eq(Mux(row == R - 1, 0, row + 1))
+        row_in = data.View(ctrl_layout, rows_q.w_data)
+        m.d.comb += [
+            rows_q.w_en.eq(into_rq),
+            row_in.op.eq(cur.op), row_in.target.eq(cur.target), row_in.row.eq(row),
+            row_in.token.eq((cur.rb << lr) | row), row_in.blk.eq(cur.blk),
+            row_in.hword.eq(cur.hword), row_in.slot.eq(cur.slot), row_in.cols.eq(cur.col_mask),
+            row_in.run_last.eq(cur.run_last), row_in.op_end.eq(cur.op_last & (row == R - 1)),
+        ]
+
+        # gather the requantizer's values into rows, clamp to the stage's width
+        lane = Signal(range(per))
+        gathered = Signal(data.ArrayLayout(signed(rq_bits), C))
+        res = Signal(data.ArrayLayout(signed(rq_bits), C))
+        res_valid = Signal()
+        ctrl = Signal(ctrl_layout)
+        retire = Signal()
+        for unit in rqs:
+            m.d.comb += unit.o_stream.ready.eq(~res_valid | retire)
+        took_v = Signal()
+        m.d.comb += took_v.eq(rq.o_stream.valid & rq.o_stream.ready)
+        with m.If(retire):
+            m.d.sync += res_valid.eq(0)
+        with m.If(took_v):
+            m.d.sync += lane.eq(Mux(lane == per - 1, 0, lane + 1))
+            for i in range(per - 1):
+                with m.If(lane == i):
+                    m.d.sync += [gathered[g * per + i].eq(unit.o_stream.payload.value)
+                                 for g, unit in enumerate(rqs)]
+            with m.If(lane == per - 1):
+                m.d.sync += [res_valid.eq(1), ctrl.eq(rows_q.r_data)]
+                for g, unit in enumerate(rqs):
+                    for i in range(per - 1):
+                        m.d.sync += res[g * per + i].eq(gathered[g * per + i])
+                    m.d.sync += res[g * per + per - 1].eq(unit.o_stream.payload.value)
+        m.d.comb += rows_q.r_en.eq(took_v & (lane == per - 1))
+
+        token = ctrl.token
+        valid_row = Signal()
+        m.d.comb += valid_row.eq(token < L)
+        is_out = Signal()
+        m.d.comb += is_out.eq(ctrl.op == _OUT)
+        m.d.comb += [
+            self.o_stream.valid.eq(res_valid & is_out & valid_row),
+            retire.eq(res_valid & (~is_out | ~valid_row | self.o_stream.ready)),
+            tile_retired.eq(retire & (ctrl.row == R - 1)),
+            self.o_stream.payload.last.eq(ctrl.run_last & (token + 1 == L)),
+        ]
+
+        def clamp(value, bits):
+            hi, lo = (1 << (bits - 1)) - 1, -(1 << (bits - 1))
+            return Mux(value > hi, hi, Mux(value < lo, lo, value))[:bits]
+
+        def lanes_of(bits):
+            return Cat(*(clamp(res[c], bits) for c in range(C)))
+
+        for c in range(C):
+            m.d.comb += self.o_stream.payload.y[c].eq(
+                Mux(ctrl.cols[c], clamp(res[c], cfg.y_bits).as_signed(), 0))
+
+        wr = retire & valid_row
+        for r in range(R):
+            port = q_mem[r].write_port(granularity=1)
+            m.d.comb += [port.addr.eq(Cat(ctrl.hword, (token >> lr)[:rblk_bits])),
+                         port.data.eq(lanes_of(cfg.qkv_bits)),
+                         port.en.eq(Mux(wr & (ctrl.op == _PROJ) & (ctrl.target == 0)
+                                        & ((token[:lr] == r) if lr else 1), ctrl.cols, 0))]
+            port = o_mem[r].write_port(granularity=1)
+            m.d.comb += [port.addr.eq(Cat(ctrl.hword, (token >> lr)[:rblk_bits])),
+                         port.data.eq(lanes_of(cfg.head_bits)),
+                         port.en.eq(Mux(wr & (ctrl.op == _PV)
+                                        & ((token[:lr] == r) if lr else 1), ctrl.cols, 0))]
+        for c in range(C):
+            port = k_mem[c].write_port(granularity=1)
+            m.d.comb += [port.addr.eq(Cat(ctrl.hword, (token >> lc)[:cblk_bits])),
+                         port.data.eq(lanes_of(cfg.qkv_bits)),
+                         port.en.eq(Mux(wr & (ctrl.op == _PROJ) & (ctrl.target == 1)
+                                        & ((token[:lc] == c) if lc else 1), ctrl.cols, 0))]
+        port = v_mem.write_port(granularity=1)
+        m.d.comb += [port.addr.eq(Cat(ctrl.hword, token[:tok_bits])),
+                     port.data.eq(lanes_of(cfg.qkv_bits)),
+                     port.en.eq(Mux(wr & (ctrl.op == _PROJ) & (ctrl.target == 2),
+                                    ctrl.cols, 0))]
+        s_wr = s_mem.write_port()
+        m.d.comb += [s_wr.addr.eq(Cat(ctrl.blk[:cblk_bits], ctrl.row[:lr], ctrl.slot)),
+                     s_wr.data.eq(lanes_of(cfg.score_bits)),
+                     s_wr.en.eq(retire & (ctrl.op == _S))]
+        with m.If(retire & (ctrl.op == _S) & ctrl.op_end):
+            m.d.sync += s_drained.eq(s_drained + 1)
+
+        # ---- softmax: score rows in, probability rows out -------------------------------
+        sm_n = Signal(16)                     # blocks fed so far
+        sm_rb, sm_row = Signal(range(lmax + 1)), Signal(range(R))
+        sm_h = Signal(range(hmax))
+        sm_j = Signal(range(lmax + 1))
+        sm_busy = Signal()
+        sm_f1 = Signal()                      # read issued, data next cycle
+        sm_f1_info = Signal(data.StructLayout({"lane": unsigned(max(1, lc)), "mask": 1,
+                                               "last": 1}))
+        sm_adv = Signal()
+        m.d.comb += sm_adv.eq(~sm_f1 | softmax.i_stream.ready)
+        sm_rows = Signal(range(R + 1))        # valid rows of the block being fed
+        sm_rem = Signal(range(lmax + 1))
+        m.d.comb += sm_rem.eq(L - (sm_rb << lr))
+        m.d.comb += sm_rows.eq(Mux(sm_rem > R, R, sm_rem))
+        sm_issue = Signal()
+        m.d.comb += sm_issue.eq(sm_adv & sm_busy)
+        s_rd = s_mem.read_port()
+        m.d.comb += [s_rd.addr.eq(Cat(sm_j[lc:][:cblk_bits] if lc else sm_j[:cblk_bits],
+                                      sm_row, sm_n[0])),
+                     s_rd.en.eq(sm_adv)]
+        query = Signal(range(lmax + R))
+        m.d.comb += query.eq((sm_rb << lr) | sm_row)
+        masked = Signal()
+        m.d.comb += masked.eq((args.causal & (sm_j > query)) | (sm_j >= args.valid_len))
+        with m.If(~running):
+            m.d.sync += [sm_n.eq(0), sm_rb.eq(0), sm_h.eq(0), sm_row.eq(0), sm_j.eq(0),
+                         sm_busy.eq(0)]
+        with m.Elif(~sm_busy & phase_att & (s_drained > sm_n)):
+            m.d.sync += [sm_busy.eq(1), sm_row.eq(0), sm_j.eq(0)]
+        with m.If(sm_adv):
+            m.d.sync += sm_f1.eq(sm_issue)
+        with m.If(sm_issue):
+            m.d.sync += [sm_f1_info.lane.eq(sm_j[:lc] if lc else 0),
+                         sm_f1_info.mask.eq(masked), sm_f1_info.last.eq(sm_j + 1 == L)]
+            with m.If(sm_j + 1 == L):
+                m.d.sync += sm_j.eq(0)
+                with m.If(sm_row + 1 == sm_rows):
+                    m.d.sync += [sm_row.eq(0), sm_busy.eq(0), sm_n.eq(sm_n + 1)]
+                    with m.If(sm_h + 1 == H):
+                        m.d.sync += [sm_h.eq(0), sm_rb.eq(sm_rb + 1)]
+                    with m.Else():
+                        m.d.sync += sm_h.eq(sm_h + 1)
+                with m.Else():
+                    m.d.sync += sm_row.eq(sm_row + 1)
+            with m.Else():
+                m.d.sync += sm_j.eq(sm_j + 1)
+        sm_in = softmax.i_stream.payload
+        m.d.comb += [softmax.i_stream.valid.eq(sm_f1),
+                     sm_in.score.eq(s_rd.data[sm_f1_info.lane]),
+                     sm_in.last.eq(sm_f1_info.last)]
+        if cfg.masks:
+            m.d.comb += sm_in.mask.eq(sm_f1_info.mask)
+
+        # probabilities -> P memory (slot of the block), counting finished blocks
+        po_n, po_rb = Signal(16), Signal(range(lmax + 1))
+        po_h, po_row = Signal(range(hmax)), Signal(range(R))
+        po_j = Signal(range(lmax + 1))
+        po_rows = Signal(range(R + 1))
+        po_rem = Signal(range(lmax + 1))
+        m.d.comb += po_rem.eq(L - (po_rb << lr))
+        m.d.comb += po_rows.eq(Mux(po_rem > R, R, po_rem))
+        m.d.comb += softmax.o_stream.ready.eq(1)
+        took_p = Signal()
+        m.d.comb += took_p.eq(softmax.o_stream.valid)
+        for r in range(R):
+            port = p_mem[r].write_port()
+            m.d.comb += [port.addr.eq(Cat(po_j[:tok_bits], po_n[0])),
+                         port.data.eq(softmax.o_stream.payload.prob),
+                         port.en.eq(took_p & (po_row == r))]
+        with m.If(~running):
+            m.d.sync += [po_n.eq(0), po_rb.eq(0), po_h.eq(0), po_row.eq(0), po_j.eq(0),
+                         sm_done.eq(0), s_drained.eq(0)]
+        with m.Elif(took_p):
+            with m.If(softmax.o_stream.payload.last):
+                m.d.sync += po_j.eq(0)
+                with m.If(po_row + 1 == po_rows):
+                    m.d.sync += [po_row.eq(0), po_n.eq(po_n + 1), sm_done.eq(sm_done + 1)]
+                    with m.If(po_h + 1 == H):
+                        m.d.sync += [po_h.eq(0), po_rb.eq(po_rb + 1)]
+                    with m.Else():
+                        m.d.sync += po_h.eq(po_h + 1)
+                with m.Else():
+                    m.d.sync += po_row.eq(po_row + 1)
+            with m.Else():
+                m.d.sync += po_j.eq(po_j + 1)
+
+        # ---- output end and counters ----------------------------------------------------
+        m.d.comb += out_done.eq(self.o_stream.valid & self.o_stream.ready
+                                & self.o_stream.payload.last)
+        counters = self.counters
+        with m.If(self.start.valid & self.start.ready):
+            for i in range(len(COUNTERS)):
+                m.d.sync += counters[i].eq(0)
+        with m.Elif(running):
+            m.d.sync += counters[0].eq(counters[0] + 1)
+            with m.If(array.i_stream.valid & array.i_stream.ready):
+                m.d.sync += counters[1].eq(counters[1] + 1)
+            with m.If((phase_proj | phase_att | phase_out) & ~array.i_stream.valid):
+                m.d.sync += counters[2].eq(counters[2] + 1)
+            with m.If(softmax.i_stream.valid & softmax.i_stream.ready):
+                m.d.sync += counters[3].eq(counters[3] + 1)
+            with m.If(want_w & ~self.w_stream.valid & adv):
+                m.d.sync += counters[4].eq(counters[4] + 1)
+            with m.If(self.o_stream.valid & ~self.o_stream.ready):
+                m.d.sync += counters[5].eq(counters[5] + 1)
+        return m

@@ -1,0 +1,142 @@
+"""Signed multipliers for the systolic array: an inferred ``*`` or a registered ECP5 DSP.
+
+Two styles, chosen by :attr:`attn.AttnConfig.dsp`:
+
+``"infer"``
+    ``p = a * b`` as a combinational ``*`` (latency 0). Yosys maps it onto a DSP block: on
+    iCE40 with ``synth_ice40 -dsp`` each ``*`` becomes one SB_MAC16; on ECP5 one MULT18X18D
+    whose internal registers stay unused.
+``"ecp5_registered"``
+    A MULT18X18D with its input, pipeline and output registers enabled (latency 3). On an ECP5
+    platform (``platform.family == "ecp5"``) the primitive is instantiated; everywhere else
+    (``platform is None`` in the Amaranth simulator, Verilog export, other families) a
+    behavioural model with the same three register stages and the same clock enable is
+    elaborated, so simulation and hardware have identical timing.
+
+All registers advance only when ``en`` is high (the array's global enable), and none of them
+is reset: the array qualifies products with its own ``valid`` flags.
+"""
+
+from __future__ import annotations
+
+from amaranth import ClockSignal, Const, Module, Signal, signed
+from amaranth.hdl import Instance
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["DSP_LATENCY", "Multiplier", "check_bits"]
+
+#: Latency in enabled clock cycles of each multiplier style.
+DSP_LATENCY = {"infer": 0, "ecp5_registered": 3}
+
+_ECP5_WIDTH = 18  # MULT18X18D operand width
+
+
+def check_bits(name: str, value, minimum: int = 1, maximum: int | None = None) -> int:
+    """Validate an integer parameter; errors name the parameter and the value given."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        upper = f" and at most {maximum}" if maximum is not None else ""
+        raise ValueError(f"{name} must be at least {minimum}{upper}, not {value!r}")
+    return value
+
+
+class Multiplier(wiring.Component):
+    """Signed ``a_bits`` x ``b_bits`` multiplier with a fixed latency in enabled cycles.
+
+    Parameters
+    ----------
+    a_bits, b_bits : int
+        Signed operand widths (``>= 2``; at most 18 for ``"ecp5_registered"``).
+    style : str
+        ``"infer"`` or ``"ecp5_registered"`` (see the module docstring).
+
+    Members
+    -------
+    en : In(1)
+        Clock enable of every internal register (ignored by the combinational style).
+    a : In(signed(a_bits))
+    b : In(signed(b_bits))
+    p : Out(signed(a_bits + b_bits))
+        ``a * b`` of the operands presented :attr:`latency` enabled cycles earlier.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For an invalid parameter; the message names it and the value given.
+    """
+
+    def __init__(self, *, a_bits: int, b_bits: int, style: str = "infer"):
+        check_bits("a_bits", a_bits, 2)
+        check_bits("b_bits", b_bits, 2)
+        if style not in DSP_LATENCY:
+            raise ValueError(f"style must be one of {', '.join(DSP_LATENCY)}, not {style!r}")
+        if style == "ecp5_registered" and max(a_bits, b_bits) > _ECP5_WIDTH:
+            raise ValueError(f"style 'ecp5_registered' needs operands of at most {_ECP5_WIDTH} "
+                             f"bits, not a_bits={a_bits}, b_bits={b_bits}")
+        self.a_bits = a_bits
+        self.b_bits = b_bits
+        self.style = style
+        super().__init__({
+            "en": In(1),
+            "a": In(signed(a_bits)),
+            "b": In(signed(b_bits)),
+            "p": Out(signed(a_bits + b_bits)),
+        })
+
+    @property
+    def latency(self) -> int:
+        """Enabled cycles from operands to product."""
+        return DSP_LATENCY[self.style]
+
+    def elaborate(self, platform):
+        m = Module()
+        if self.style == "infer":
+            m.d.comb += self.p.eq(self.a * self.b)
+        elif getattr(platform, "family", None) == "ecp5":
+            self._elaborate_mult18x18d(m)
+        else:
+            self._elaborate_registered_model(m)
+        return m
+
+    def _elaborate_registered_model(self, m):
+        a_reg = Signal(signed(self.a_bits), reset_less=True)
+        b_reg = Signal(signed(self.b_bits), reset_less=True)
+        pipe = Signal(signed(self.a_bits + self.b_bits), reset_less=True)
+        out = Signal(signed(self.a_bits + self.b_bits), reset_less=True)
+        with m.If(self.en):
+            m.d.sync += [a_reg.eq(self.a), b_reg.eq(self.b), pipe.eq(a_reg * b_reg),
+                         out.eq(pipe)]
+        m.d.comb += self.p.eq(out)
+
+    def _elaborate_mult18x18d(self, m):
+        a18 = Signal(signed(_ECP5_WIDTH))
+        b18 = Signal(signed(_ECP5_WIDTH))
+        p36 = Signal(2 * _ECP5_WIDTH)
+        m.d.comb += [a18.eq(self.a), b18.eq(self.b),
+                     self.p.eq(p36[:self.a_bits + self.b_bits])]
+        zero, one = Const(0, 1), Const(1, 1)
+        registers = {f"p_REG_{reg}_{what}": value
+                     for reg in ("INPUTA", "INPUTB", "PIPELINE", "OUTPUT")
+                     for what, value in (("CLK", "CLK0"), ("CE", "CE0"), ("RST", "RST0"))}
+        ports = {}
+        for i in range(_ECP5_WIDTH):
+            ports[f"i_A{i}"] = a18[i]
+            ports[f"i_B{i}"] = b18[i]
+            ports[f"i_C{i}"] = zero
+            ports[f"i_SRIA{i}"] = zero
+            ports[f"i_SRIB{i}"] = zero
+        for i in range(2 * _ECP5_WIDTH):
+            ports[f"o_P{i}"] = p36[i]
+        for i in range(4):
+            ports[f"i_CLK{i}"] = ClockSignal() if i == 0 else zero
+            ports[f"i_CE{i}"] = self.en if i == 0 else zero
+            ports[f"i_RST{i}"] = zero
+        m.submodules.mult18x18d = Instance(
+            "MULT18X18D",
+            p_REG_INPUTC_CLK="NONE", p_GSR="DISABLED", p_RESETMODE="SYNC",
+            p_CAS_MATCH_REG="FALSE", p_MULT_BYPASS="DISABLED", p_SOURCEB_MODE="B_SHIFT",
+            p_HIGHSPEED_CLK="NONE",
+            i_SIGNEDA=one, i_SIGNEDB=one, i_SOURCEA=zero, i_SOURCEB=zero,
+            **registers, **ports)

@@ -1,0 +1,252 @@
+"""Streaming requantization: ``saturate(round_shift((acc + bias) * M, S), out_bits)``.
+
+Bit-exact with :func:`golden.quant.requantize` applied to ``acc + bias`` (golden/ computes
+projections as ``x @ w.T + b`` and then requantizes, so adding the bias here, after the array,
+is the same arithmetic; products with no bias use ``bias = 0``).
+
+Streams
+-------
+``i_stream``
+    Result rows of the systolic array (the payload layout of
+    :func:`hw.systolic.output_layout`): ``acc`` holds ``lanes`` values, one per output channel
+    (tile column), ``last`` marks a tile's final row. Connect ``SystolicArray.o_stream``
+    directly.
+``p_stream``
+    Per-channel parameters, **one beat per tile**: ``mult[c]`` (unsigned ``mult_bits``),
+    ``shift[c]`` (unsigned ``shift_bits``) and ``bias[c]`` (signed ``bias_bits``) for lane
+    ``c``. A beat is used for every row of a tile and consumed with the tile's last row, so the
+    controller sends the parameters of a tile's output channels along with its operands (they
+    come from the same place as the weights). Per-head scales are sent as equal lanes.
+``o_stream``
+    One requantized value per beat (signed ``out_bits``), row by row, lane 0 first; ``last`` on
+    the tile's final value.
+
+Throughput and latency
+----------------------
+One value per cycle: a row takes ``lanes`` cycles, so the unit keeps up with an
+``R x C`` array for reduction lengths ``K >= R * C``. A value leaves :attr:`latency` (5) cycles
+after its row and parameters are both valid (no stalls). One ``stall`` signal (output valid and
+not ready) freezes the five pipeline registers; nothing is lost or repeated.
+
+Multiplier
+----------
+``"infer"``: ``(acc + bias) * M`` as ``*`` followed by one more register (for DSP blocks, e.g.
+ECP5). ``"shift_add"``: no ``*`` at all; partial products of 4 multiplier bits each are summed in
+the first stage and combined in the second (fabric only: for iCE40, whose eight SB_MAC16 are
+all taken by a 2x4 array).
+
+Shift
+-----
+Shifts larger than the product width give the same result as ``product width + 1`` (0 for
+both roundings), so the shifter is clamped there instead of being as wide as ``2**shift_bits``.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .dsp import check_bits
+from .systolic import output_layout
+
+__all__ = ["Requantizer", "param_layout", "MULTIPLIERS"]
+
+MULTIPLIERS = ("infer", "shift_add")
+ROUNDINGS = ("half_up", "half_even")
+_CHUNK = 4  # multiplier bits per partial product of the shift-add multiplier
+
+
+def param_layout(lanes: int, mult_bits: int, shift_bits: int, bias_bits: int):
+    """Payload of one ``p_stream`` beat: the parameters of ``lanes`` output channels."""
+    return data.StructLayout({
+        "mult": data.ArrayLayout(unsigned(mult_bits), lanes),
+        "shift": data.ArrayLayout(unsigned(shift_bits), lanes),
+        "bias": data.ArrayLayout(signed(bias_bits), lanes),
+    })
+
+
+class Requantizer(wiring.Component):
+    """Per-channel requantization of array result rows, one value per cycle.
+
+    See the module docstring for the streams, throughput and arithmetic.
+
+    Parameters
+    ----------
+    lanes : int
+        Values per input row (the array's ``cols``).
+    in_bits : int
+        Signed width of the accumulator values (``acc_bits``).
+    bias_bits, mult_bits, shift_bits : int
+        Widths of the per-channel bias (signed), multiplier and shift (unsigned).
+    out_bits : int
+        Signed width the result saturates to.
+    rounding : str
+        ``"half_up"`` or ``"half_even"`` (as :func:`golden.quant.round_shift`).
+    multiplier : str
+        ``"infer"`` or ``"shift_add"``.
+
+    Members
+    -------
+    i_stream : In(stream.Signature(output_layout(lanes, in_bits)))
+    p_stream : In(stream.Signature(param_layout(lanes, mult_bits, shift_bits, bias_bits)))
+    o_stream : Out(stream.Signature({"value": signed(out_bits), "last": 1}))
+
+    Raises
+    ------
+    TypeError, ValueError
+        For an invalid parameter; the message names it and the value given.
+    """
+
+    latency = 5
+
+    def __init__(self, *, lanes: int, in_bits: int, bias_bits: int, mult_bits: int,
+                 shift_bits: int, out_bits: int, rounding: str = "half_up",
+                 multiplier: str = "infer"):
+        check_bits("lanes", lanes, 1)
+        check_bits("in_bits", in_bits, 2)
+        check_bits("bias_bits", bias_bits, 2)
+        check_bits("mult_bits", mult_bits, 1)
+        check_bits("shift_bits", shift_bits, 1, 8)
+        check_bits("out_bits", out_bits, 2)
+        if rounding not in ROUNDINGS:
+            raise ValueError(f"rounding must be one of {', '.join(ROUNDINGS)}, not {rounding!r}")
+        if multiplier not in MULTIPLIERS:
+            raise ValueError(f"multiplier must be one of {', '.join(MULTIPLIERS)}, "
+                             f"not {multiplier!r}")
+        self.lanes, self.in_bits, self.bias_bits = lanes, in_bits, bias_bits
+        self.mult_bits, self.shift_bits, self.out_bits = mult_bits, shift_bits, out_bits
+        self.rounding, self.multiplier = rounding, multiplier
+        self.i_layout = output_layout(lanes, in_bits)
+        self.p_layout = param_layout(lanes, mult_bits, shift_bits, bias_bits)
+        self.o_layout = data.StructLayout({"value": signed(out_bits), "last": 1})
+        super().__init__({
+            "i_stream": In(stream.Signature(self.i_layout)),
+            "p_stream": In(stream.Signature(self.p_layout)),
+            "o_stream": Out(stream.Signature(self.o_layout)),
+        })
+
+    @classmethod
+    def from_config(cls, cfg, *, out_bits: int, multiplier: str = "infer") -> Requantizer:
+        """The unit for an :class:`attn.AttnConfig`'s array: ``lanes = cols``, ``in_bits =
+        acc_bits``, bias/mult/shift widths and rounding from ``cfg``."""
+        return cls(lanes=cfg.cols, in_bits=cfg.acc_bits, bias_bits=cfg.bias_bits,
+                   mult_bits=cfg.mult_bits, shift_bits=cfg.shift_bits, out_bits=out_bits,
+                   rounding=cfg.rounding, multiplier=multiplier)
+
+    @property
+    def sum_bits(self) -> int:
+        """Signed width of ``acc + bias``."""
+        return max(self.in_bits, self.bias_bits) + 1
+
+    @property
+    def product_bits(self) -> int:
+        """Signed width of ``(acc + bias) * M``."""
+        return self.sum_bits + self.mult_bits
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, pbits = self.lanes, self.product_bits
+        i, p, o = self.i_stream, self.p_stream, self.o_stream
+
+        # Five pipeline stages, all frozen by `stall`.
+        stall = Signal()
+        valid = [Signal(name=f"valid{n}") for n in range(1, 6)]
+        last = [Signal(name=f"last{n}") for n in range(1, 6)]
+        m.d.comb += stall.eq(valid[4] & ~o.ready)
+
+        # Stage 0: serialize the row (lane counter) and pick the lane's parameters.
+        lane = Signal(range(lanes))
+        issue = Signal()
+        row_done = Signal()
+        m.d.comb += [issue.eq(i.valid & p.valid & ~stall),
+                     row_done.eq(lane == lanes - 1),
+                     i.ready.eq(issue & row_done),
+                     p.ready.eq(issue & row_done & i.payload.last)]
+        with m.If(issue):
+            m.d.sync += lane.eq(Mux(row_done, 0, lane + 1))
+
+        acc = Signal(signed(self.in_bits))
+        bias = Signal(signed(self.bias_bits))
+        mult = Signal(unsigned(self.mult_bits))
+        shift = Signal(unsigned(self.shift_bits))
+        with m.Switch(lane):
+            for c in range(lanes):
+                with m.Case(c):
+                    m.d.comb += [acc.eq(i.payload.acc[c]), bias.eq(p.payload.bias[c]),
+                                 mult.eq(p.payload.mult[c]), shift.eq(p.payload.shift[c])]
+
+        # Stage 1: acc + bias; clamp the shift to pbits + 1 (same result, narrower shifter).
+        total = Signal(signed(self.sum_bits), reset_less=True)
+        mult1 = Signal(unsigned(self.mult_bits), reset_less=True)
+        smax = pbits + 1
+        shift1 = Signal(range(smax + 1), reset_less=True)
+        # Stages 2-3: the product; stage 2 also carries the shift.
+        shift2 = Signal.like(shift1)
+        shift3 = Signal.like(shift1)
+        prod3 = Signal(signed(pbits), reset_less=True)
+        # Stage 4: shifted (and for half_even, the remainder and half); stage 5: result.
+        work = pbits + 2
+        q4 = Signal(signed(work), reset_less=True)
+        rem4 = Signal(unsigned(work), reset_less=True)
+        half4 = Signal(unsigned(work), reset_less=True)
+        out5 = Signal(signed(self.out_bits), reset_less=True)
+
+        with m.If(~stall):
+            m.d.sync += [valid[0].eq(issue), last[0].eq(i.payload.last & row_done)]
+            m.d.sync += [valid[n].eq(valid[n - 1]) for n in range(1, 5)]
+            m.d.sync += [last[n].eq(last[n - 1]) for n in range(1, 5)]
+            m.d.sync += [total.eq(acc + bias), mult1.eq(mult),
+                         shift1.eq(Mux(shift > smax, smax, shift)),
+                         shift2.eq(shift1), shift3.eq(shift2)]
+            self._elaborate_product(m, total, mult1, prod3)
+
+            # Stage 4: round_shift, the variable part.
+            half = Signal(unsigned(work))  # 2**(S-1), 0 for S == 0
+            mask = Signal(unsigned(work))  # 2**S - 1
+            m.d.comb += [half.eq(Cat(*(shift3 == n + 1 for n in range(work)))),
+                         mask.eq(Cat(*(shift3 > n for n in range(work))))]
+            wide = Signal(signed(work))
+            m.d.comb += wide.eq(prod3)
+            if self.rounding == "half_up":
+                m.d.sync += q4.eq((wide + half.as_signed()) >> shift3)
+            else:
+                m.d.sync += [q4.eq(wide >> shift3), rem4.eq(wide.as_unsigned() & mask),
+                             half4.eq(half)]
+
+            # Stage 5: round to even, saturate.
+            rounded = Signal(signed(work + 1))
+            if self.rounding == "half_up":
+                m.d.comb += rounded.eq(q4)
+            else:
+                up = (half4 != 0) & ((rem4 > half4) | ((rem4 == half4) & q4[0]))
+                m.d.comb += rounded.eq(q4 + up)
+            hi = (1 << (self.out_bits - 1)) - 1
+            lo = -(1 << (self.out_bits - 1))
+            m.d.sync += out5.eq(Mux(rounded > hi, hi, Mux(rounded < lo, lo, rounded)))
+
+        m.d.comb += [o.valid.eq(valid[4]), o.payload.value.eq(out5),
+                     o.payload.last.eq(last[4])]
+        return m
+
+    def _elaborate_product(self, m, total, mult, prod3):
+        """Two enabled register stages from (total, mult) to prod3 = total * mult."""
+        pbits = self.product_bits
+        if self.multiplier == "infer":
+            prod2 = Signal(signed(pbits), reset_less=True)
+            m.d.sync += [prod2.eq(total * mult), prod3.eq(prod2)]
+            return
+        chunks = []
+        for j in range(0, self.mult_bits, _CHUNK):
+            terms = [Mux(mult[j + n], total << n, 0)
+                     for n in range(min(_CHUNK, self.mult_bits - j))]
+            part = Signal(signed(self.sum_bits + _CHUNK), name=f"partial{j}", reset_less=True)
+            acc = terms[0]
+            for term in terms[1:]:
+                acc = acc + term
+            m.d.sync += part.eq(acc)
+            chunks.append((j, part))
+        acc = Const(0, signed(pbits))
+        for j, part in chunks:
+            acc = acc + (part << j)
+        m.d.sync += prod3.eq(acc)

@@ -1,0 +1,145 @@
+"""The attention core against golden/: every output integer, across shapes, masks, stalls,
+back-to-back runs, a reset in the middle of a run, and three simulators."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module, ResetInserter, Signal, Value
+
+from attn import preset
+from golden import attention_int, calibrate, make_mask, quantize_input
+from hw.core import AttentionCore
+from hw.core_io import CoreShape, collect_output, core_streams
+from sim.amaranth_sim import run_simulation
+from sim.cocotb_runner import simulator_missing
+from sim.core_cocotb import run_core_hdl
+from sim.core_sim import pack_streams, simulate_core
+from sim.scoreboard import assert_equal
+from sim.streams import get_all, unpack
+from tests.golden.test_model import random_layer
+
+
+def layer(cfg, seq_len, d_model, heads, seed=0, causal=False, valid_len=None):
+    mha = random_layer(d_model, heads, seed)
+    x = np.random.default_rng(seed + 1).normal(0, 1, (seq_len, d_model))
+    if seed % 2:
+        x[:, seed % d_model] *= 10          # an outlier feature now and then
+    mask = make_mask(seq_len, causal=causal, valid_len=valid_len)
+    qm = calibrate(cfg, mha, x, mask)
+    xi = quantize_input(x, qm, cfg)
+    return qm, xi, attention_int(cfg, qm, xi, mask)
+
+
+# (preset, L, D, H, causal, valid_len, stall): partial row/key/channel blocks, L = 1, H = 1,
+# d not a multiple of the array, masks, stalls on every stream
+CASES = [
+    ("tiny", 4, 8, 2, False, None, 0.0),
+    ("tiny", 8, 16, 2, True, None, 0.0),
+    ("tiny", 5, 12, 2, False, 3, 0.5),
+    ("tiny", 1, 16, 1, False, None, 0.0),
+    ("tiny", 3, 10, 2, True, 2, 0.3),
+    ("tiny", 7, 6, 1, False, 0, 0.0),
+]
+
+
+@pytest.mark.parametrize("name,seq_len,d_model,heads,causal,valid_len,stall", CASES)
+def test_core_amaranth(name, seq_len, d_model, heads, causal, valid_len, stall):
+    cfg = preset(name)
+    qm, xi, expected = layer(cfg, seq_len, d_model, heads, seed=seq_len + d_model,
+                             causal=causal, valid_len=valid_len)
+    run = simulate_core(cfg, qm, xi, causal=causal, valid_len=valid_len, stall=stall,
+                        name=f"core_{name}_{seq_len}_{d_model}_{heads}")
+    assert_equal("core output y", expected.y, run.y)
+    assert run.counters["array_beats"] >= CoreShape(cfg, seq_len, d_model, heads).macs() \
+        // cfg.pes
+
+
+def test_core_back_to_back_runs():
+    cfg = preset("tiny")
+    qm, xi, expected = layer(cfg, 6, 8, 2, seed=3, causal=True)
+    run = simulate_core(cfg, qm, xi, causal=True, runs=2, stall=0.2, name="core_twice")
+    assert_equal("second run output y", expected.y, run.y)
+
+
+def test_core_recovers_from_reset_mid_run():
+    """Reset during the projections; the next run (all streams sent again) is exact."""
+    cfg = preset("tiny")
+    qm, xi, expected = layer(cfg, 5, 8, 2, seed=4)
+    core = AttentionCore(cfg)
+    rst = Signal()
+    top = Module()
+    top.submodules.core = ResetInserter({"sync": rst})(core)
+    packed = pack_streams(core, core_streams(cfg, qm, xi))
+    out_beats = CoreShape(cfg, 5, 8, 2).wpd * 5
+    state = {"epoch": 1}
+    out = []
+
+    async def start(ctx):
+        ctx.set(Value.cast(core.start.payload), packed["start"])
+        ctx.set(core.start.valid, 1)
+        await ctx.tick().until(core.start.ready)
+        ctx.set(core.start.valid, 0)
+
+    def benches():
+        async def driver(ctx):
+            await start(ctx)
+            await ctx.tick().repeat(300)                # well into the projections
+            assert ctx.get(core.busy)
+            ctx.set(rst, 1)
+            await ctx.tick()
+            ctx.set(rst, 0)
+            state["epoch"] = 2
+            await ctx.tick()
+            assert not ctx.get(core.busy)
+            await start(ctx)
+
+        def feeder(name):
+            stream = getattr(core, f"{name}_stream")
+            beats = packed[name]
+
+            async def feed(ctx):   # restarts from the first beat when the epoch changes
+                epoch, i = 1, 0
+                while not (epoch == 2 and i == len(beats)):
+                    if state["epoch"] != epoch:
+                        epoch, i = state["epoch"], 0
+                    ctx.set(stream.valid, i < len(beats))
+                    if i < len(beats):
+                        ctx.set(Value.cast(stream.payload), beats[i])
+                    _, _, ready, valid = await ctx.tick().sample(stream.ready, stream.valid)
+                    if ready and valid:
+                        i += 1
+                ctx.set(stream.valid, 0)
+            return feed
+
+        async def sink(ctx):
+            out.extend(await get_all(ctx, core.o_stream, out_beats))
+            assert state["epoch"] == 2
+        return [driver, feeder("p"), feeder("x"), feeder("w"), sink]
+
+    run_simulation(top, benches, "core_reset", deadline_cycles=50_000)
+    layout = core.o_stream.payload.shape()
+    y = collect_output(cfg, [unpack(layout, v)["y"] for v in out], 5, 8)
+    assert_equal("output after reset", expected.y, y)
+
+
+def test_core_rejects_non_power_of_two_arrays():
+    with pytest.raises(ValueError, match="cols must be a power of two for the attention core, "
+                                         "not 3"):
+        AttentionCore(preset("tiny").replace(cols=3))
+
+
+@pytest.mark.parametrize("sim,name,shape,stall", [
+    ("icarus", "tiny", (5, 12, 2), 0.3),
+    ("verilator", "default", (16, 32, 4), 0.2),
+])
+def test_core_hdl(sim, name, shape, stall):
+    """The generated Verilog, two runs back to back with stalls, in cocotb."""
+    reason = simulator_missing(sim)
+    if reason:
+        pytest.skip(reason)
+    cfg = preset(name)
+    qm, xi, expected = layer(cfg, *shape, seed=9, causal=True)
+    y, info = run_core_hdl(sim, cfg, qm, xi, causal=True, stall=stall, runs=2,
+                           build_name=f"test_core_{name}")
+    assert_equal(f"core output y on {sim}", expected.y, y)
+    assert info["runs"][0] == info["runs"][1] or stall > 0   # same work, same counters
+    assert info["counters"]["array_beats"] >= CoreShape(cfg, *shape).macs() // cfg.pes

@@ -1,0 +1,226 @@
+"""The systolic array equals ``golden.quant.matmul_exact`` tile for tile, under random stalls."""
+
+import numpy as np
+import pytest
+
+import attn
+from golden.quant import matmul_exact, qmax, qmin
+from hw.systolic import SystolicArray
+from sim.amaranth_sim import run_simulation
+from sim.cocotb_runner import BUILD, run_cocotb, simulator_missing, write_verilog
+from sim.scoreboard import assert_equal
+from sim.streams import Pattern, get_all, put_all
+
+# Small shapes for the Amaranth simulator (8x8 and 2x4 run on Verilator: test_cocotb_*).
+SHAPES = [(2, 2), (1, 3), (3, 1), (3, 5), (4, 4)]
+# (input idle probability, output backpressure probability); 250 tiles each -> 1000 per shape.
+STALLS = [(0.0, 0.0), (0.5, 0.5), (0.9, 0.2), (0.2, 0.9)]
+TILES = 250
+
+# Parameter-validation tests build components they never elaborate.
+pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+
+
+def config(rows, cols, **changes):
+    return attn.preset("tiny").replace(rows=rows, cols=cols, **changes)
+
+
+def random_tiles(cfg, count, seed, max_k=None, fixed_k=None):
+    """``count`` tiles ``(a, b)`` with random K (1 .. max_k, or always ``fixed_k``) and a mix
+    of operand kinds: uniform, all minimum, all maximum, extremes with random signs."""
+    rng = np.random.default_rng(seed)
+    max_k = max_k or min(cfg.max_reduction, 2 * cfg.rows + 3)
+    tiles = []
+    for n in range(count):
+        k = int(rng.integers(1, max_k + 1)) if n % 7 else int(rng.choice([1, cfg.rows]))
+        k = fixed_k or k
+        kind = rng.integers(0, 6)
+        shapes = ((cfg.rows, k), (cfg.cols, k))
+        bits = (cfg.a_bits, cfg.b_bits)
+        if kind == 1:      # all most-negative: the largest products
+            a, b = (np.full(s, qmin(w)) for s, w in zip(shapes, bits))
+        elif kind == 2:    # all most-positive
+            a, b = (np.full(s, qmax(w)) for s, w in zip(shapes, bits))
+        elif kind == 3:    # extremes with random signs
+            a, b = (np.where(rng.integers(0, 2, s) == 1, qmin(w), qmax(w))
+                    for s, w in zip(shapes, bits))
+        else:
+            a, b = (rng.integers(qmin(w), qmax(w) + 1, s) for s, w in zip(shapes, bits))
+        tiles.append((a, b))
+    return tiles
+
+
+def run_tiles(dut, tiles, stall_in, stall_out, name, seed=0, ready_log=None):
+    """Stream ``tiles`` through ``dut``; check every result row and ``last`` flag exactly."""
+    beats = [w for a, b in tiles for w in dut.encode_tile(a, b)]
+    expected = np.concatenate([matmul_exact(a, b.T) for a, b in tiles])
+    expected_last = np.tile(np.arange(dut.rows) == dut.rows - 1, len(tiles)).astype(np.int64)
+    got = []
+    finished = []
+
+    def benches():
+        async def producer(ctx):
+            await put_all(ctx, dut.i_stream, beats, Pattern(stall_in, seed + 1))
+
+        async def consumer(ctx):
+            got.extend(await get_all(ctx, dut.o_stream, len(expected), Pattern(stall_out,
+                                                                               seed + 2)))
+            finished.append(True)
+        benches = [producer, consumer]
+        if ready_log is not None:
+            async def monitor(ctx):
+                async for _, _, valid, ready in ctx.tick().sample(dut.i_stream.valid,
+                                                                  dut.i_stream.ready):
+                    if finished:
+                        return
+                    ready_log.append((valid, ready))
+            benches.append(monitor)
+        return benches
+
+    cycles = 4 * (len(beats) + len(expected) + 50) / (1 - max(stall_in, stall_out))
+    run_simulation(dut, benches, name, deadline_cycles=int(cycles))
+    values, last = dut.decode_rows(got)
+    assert_equal(f"{name} results", expected, values)
+    assert_equal(f"{name} last", expected_last, last)
+
+
+@pytest.mark.parametrize("stall_in,stall_out", STALLS)
+@pytest.mark.parametrize("rows,cols", SHAPES)
+def test_random_tiles(rows, cols, stall_in, stall_out):
+    cfg = config(rows, cols)
+    dut = SystolicArray.from_config(cfg)
+    tiles = random_tiles(cfg, TILES, seed=rows * 100 + cols + int(stall_in * 10))
+    run_tiles(dut, tiles, stall_in, stall_out, f"systolic_{rows}x{cols}_{stall_in}_{stall_out}")
+
+
+@pytest.mark.parametrize("stall_in,stall_out", [(0.0, 0.0), (0.5, 0.7)])
+@pytest.mark.parametrize("rows,cols", [(2, 3), (4, 4)])
+def test_registered_dsp_model(rows, cols, stall_in, stall_out):
+    """The ECP5 registered-DSP timing (latency 3) through its behavioural model; the 4x4 runs
+    use one accumulator register (``split_acc=False``)."""
+    cfg = config(rows, cols, dsp="ecp5_registered")
+    dut = SystolicArray.from_config(cfg, split_acc=rows != 4)
+    assert dut.mult_latency == 3
+    tiles = random_tiles(cfg, 200, seed=7 + rows)
+    run_tiles(dut, tiles, stall_in, stall_out, f"systolic_reg_{rows}x{cols}_{stall_in}")
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_fixed_reduction_lengths(k):
+    """Every tile of the stream has the same K, below, at and above R (4x4)."""
+    cfg = config(4, 4)
+    dut = SystolicArray.from_config(cfg)
+    tiles = random_tiles(cfg, 60, seed=k, fixed_k=k)
+    run_tiles(dut, tiles, 0.0, 0.0, f"systolic_k{k}")
+
+
+@pytest.mark.parametrize("rows,cols,k", [(4, 4, 4), (4, 4, 9), (3, 5, 3), (1, 3, 1)])
+def test_bubble_free_for_long_tiles(rows, cols, k):
+    """Contract: with ``K >= R`` and a consumer that is always ready, the input never waits
+    (``ready`` is high in every cycle the producer offers a beat)."""
+    cfg = config(rows, cols)
+    dut = SystolicArray.from_config(cfg)
+    tiles = random_tiles(cfg, 40, seed=k, fixed_k=k)
+    log = []
+    run_tiles(dut, tiles, 0.0, 0.0, f"systolic_bubble_{rows}x{cols}_{k}", ready_log=log)
+    offered = [ready for valid, ready in log if valid]
+    assert len(offered) >= len(tiles) * k
+    assert all(offered), f"input waited in {offered.count(0)} of {len(offered)} offered cycles"
+
+
+def test_short_tiles_wait_for_the_drain():
+    """With ``K < R`` the input holds ``last`` beats (documented throughput limit)."""
+    cfg = config(4, 2)
+    dut = SystolicArray.from_config(cfg)
+    rng = np.random.default_rng(3)
+    tiles = [(rng.integers(-9, 9, (4, 1)), rng.integers(-9, 9, (2, 1))) for _ in range(20)]
+    log = []
+    run_tiles(dut, tiles, 0.0, 0.0, "systolic_short", ready_log=log)
+    offered = [ready for valid, ready in log if valid]
+    assert offered.count(0) > 0
+
+
+def test_from_config_reads_widths():
+    cfg = attn.preset("icebreaker")
+    dut = SystolicArray.from_config(cfg)
+    assert (dut.rows, dut.cols, dut.a_bits, dut.b_bits, dut.acc_bits, dut.dsp) == \
+        (cfg.rows, cfg.cols, cfg.a_bits, cfg.b_bits, cfg.acc_bits, cfg.dsp)
+    assert dut.i_layout.size == cfg.rows * cfg.a_bits + cfg.cols * cfg.b_bits + 2
+    assert dut.o_layout.size == cfg.cols * cfg.acc_bits + 1
+
+
+def test_encode_decode_helpers():
+    dut = SystolicArray(rows=2, cols=3, a_bits=4, b_bits=5, acc_bits=10)
+    a = np.array([[-8, 7], [1, -1]])
+    b = np.array([[-16, 15], [0, 3], [2, -2]])
+    beats = dut.encode_tile(a, b)
+    from sim.streams import unpack
+    fields = [unpack(dut.i_layout, w) for w in beats]
+    assert [f["first"] for f in fields] == [1, 0] and [f["last"] for f in fields] == [0, 1]
+    word = sum((v & 0x3FF) << (10 * c) for c, v in enumerate([-512, 511, -1])) | 1 << 30
+    values, last = dut.decode_rows([word])
+    assert values.tolist() == [[-512, 511, -1]] and last.tolist() == [1]
+    with pytest.raises(ValueError, match=r"a must be 2 x K and b 3 x K"):
+        dut.encode_tile(a, b[:2])
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    (dict(rows=0), ValueError, "rows must be at least 1, not 0"),
+    (dict(cols="4"), TypeError, "cols must be an int, not '4'"),
+    (dict(a_bits=1), ValueError, "a_bits must be at least 2, not 1"),
+    (dict(b_bits=2.0), TypeError, "b_bits must be an int, not 2.0"),
+    (dict(acc_bits=20), ValueError, "acc_bits must be at least 24, not 20"),
+    (dict(dsp="xilinx"), ValueError, "dsp must be one of infer, ecp5_registered, not 'xilinx'"),
+    (dict(fifo_depth=2), ValueError, "fifo_depth must be at least 3, not 2"),
+    (dict(split_acc="yes"), TypeError, "split_acc must be a bool, not 'yes'"),
+])
+def test_invalid_parameters(kwargs, error, message):
+    params = dict(rows=2, cols=2, a_bits=12, b_bits=12, acc_bits=30) | kwargs
+    with pytest.raises(error, match=message):
+        SystolicArray(**params)
+
+
+def run_cocotb_tiles(sim, preset, changes, tiles, stalls, seed=1, **extra):
+    """Build the array of ``attn.preset(preset).replace(**changes)`` as Verilog and run
+    tests/hw/cocotb_systolic.py on ``sim``."""
+    reason = simulator_missing(sim)
+    if reason:
+        pytest.skip(reason)
+    cfg = attn.preset(preset).replace(**changes)
+    tag = f"systolic_{cfg.rows}x{cfg.cols}_{cfg.dsp}"
+    path = write_verilog(SystolicArray.from_config(cfg), BUILD / "verilog" / f"{tag}.v",
+                         name="systolic")
+    run_cocotb(sim=sim, verilog_file=path, toplevel="systolic",
+               test_module="tests.hw.cocotb_systolic", build_name=tag,
+               params={"preset": preset, "changes": changes, "tiles": tiles,
+                       "stalls": stalls, "seed": seed, **extra})
+
+
+# Larger arrays on compiled simulators: 4 stall patterns x 250 tiles = 1000 tiles each.
+COCOTB_RUNS = [
+    ("verilator", "default", {"rows": 8, "cols": 8}),
+    ("verilator", "icebreaker", {}),
+    ("icarus", "tiny", {"rows": 3, "cols": 5}),
+]
+
+
+@pytest.mark.parametrize("sim,preset,changes", COCOTB_RUNS,
+                         ids=[f"{s}-{p}-{c.get('rows', '')}" for s, p, c in COCOTB_RUNS])
+def test_cocotb_random_tiles(sim, preset, changes):
+    run_cocotb_tiles(sim, preset, changes, TILES, [list(s) for s in STALLS])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sim", ["icarus", "verilator"])
+def test_cocotb_registered_dsp_model(sim):
+    run_cocotb_tiles(sim, "ulx3s", {"rows": 4, "cols": 6}, TILES, [list(s) for s in STALLS])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stall_in,stall_out", [(0.0, 0.0), (0.7, 0.7)])
+@pytest.mark.parametrize("rows,cols", SHAPES + [(5, 3), (6, 6)])
+def test_random_tiles_long(rows, cols, stall_in, stall_out):
+    cfg = config(rows, cols)
+    dut = SystolicArray.from_config(cfg)
+    tiles = random_tiles(cfg, 3000, seed=rows * 31 + cols, max_k=cfg.max_reduction)
+    run_tiles(dut, tiles, stall_in, stall_out, f"systolic_long_{rows}x{cols}_{stall_in}")
