@@ -287,7 +287,7 @@ def _make_presets() -> dict:
                                    cols=4),
         # ULX3S (ECP5-85F): MiniLM-sized layers on a 16x8 array of registered MULT18X18D
         # (128 of the 156 DSPs; the attention core needs power-of-two array sides).
-        "ulx3s": base.replace(max_seq_len=128, max_d_model=384, max_heads=12, rows=16,
+        "ulx3s": base.replace(max_seq_len=64, max_d_model=384, max_heads=12, rows=16,
                               cols=8, dsp="ecp5_registered"),
     }
     return {name: dataclasses.replace(cfg, name=name) for name, cfg in presets.items()}

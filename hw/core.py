@@ -46,7 +46,7 @@ __all__ = ["AttentionCore", "COUNTERS"]
 
 #: Names of the performance counters, in the order of :attr:`AttentionCore.counters`.
 COUNTERS = ("cycles", "array_beats", "array_starved", "softmax_beats", "w_wait",
-            "out_stall")
+            "out_stall", "softmax_wait")
 
 # operations of the array
 _PROJ, _S, _PV, _OUT = range(4)
@@ -84,7 +84,10 @@ class AttentionCore(wiring.Component):
     busy : Out(1)
         High from the accepted ``start`` beat until the last output beat has left.
     counters : Out(data.ArrayLayout(32, len(COUNTERS)))
-        Performance counters (:data:`COUNTERS`), cleared by each ``start``.
+        Performance counters (:data:`COUNTERS`), cleared by each ``start``: cycles of the run;
+        beats the array took; cycles the array had no beat while a phase ran; beats the
+        softmax took; cycles waiting for ``w_stream``; cycles the output waited for
+        ``o_stream.ready``; cycles the array waited for the softmax.
     """
 
     def __init__(self, cfg):
@@ -110,9 +113,12 @@ class AttentionCore(wiring.Component):
 
     @property
     def words_per_token(self) -> int:
-        """Words of the Q/K/V/concat buffers per token (heads start on word boundaries)."""
+        """Words per token of the X/concat, Q, K and V buffers: the most any supported shape
+        needs, ``max H * ceil(d / C)`` (heads start on word boundaries)."""
         cfg = self.cfg
-        return _pow2(_ceil_div(cfg.max_d_model, cfg.cols) + cfg.max_heads)
+        return max(h * _ceil_div(d_model // h, cfg.cols)
+                   for d_model in range(1, cfg.max_d_model + 1)
+                   for h in range(1, min(cfg.max_heads, d_model) + 1) if d_model % h == 0)
 
     @property
     def requant_units(self) -> int:
@@ -122,31 +128,25 @@ class AttentionCore(wiring.Component):
         return min(cfg.cols, _pow2(_ceil_div(cfg.rows * cfg.cols, 8)))
 
     @property
-    def x_words_per_token(self) -> int:
-        return _pow2(_ceil_div(self.cfg.max_d_model, self.cfg.cols))
-
-    @property
     def max_tiles(self) -> int:
         """Constant words: projection and output tiles."""
-        return _pow2(3 * self.words_per_token + self.x_words_per_token)
+        return 3 * self.words_per_token + _ceil_div(self.cfg.max_d_model, self.cfg.cols)
 
     def buffer_bits(self) -> dict:
         """Bits of every on-chip buffer (for docs and reports)."""
         cfg = self.cfg
         r, c, lmax = cfg.rows, cfg.cols, cfg.max_seq_len
         wpt = self.words_per_token
-        lane = cfg.cols
-        blocks_r, blocks_c = _pow2(_ceil_div(lmax, r)), _pow2(_ceil_div(lmax, c))
+        blocks_r, blocks_c = _ceil_div(lmax, r), _ceil_div(lmax, c)
         return {
-            "x": r * blocks_r * self.x_words_per_token * lane * cfg.x_bits,
-            "q": r * blocks_r * wpt * lane * cfg.qkv_bits,
-            "k": c * blocks_c * wpt * lane * cfg.qkv_bits,
-            "v": _pow2(lmax) * wpt * lane * cfg.qkv_bits,
-            "concat": r * blocks_r * wpt * lane * cfg.head_bits,
-            "scores": 2 * _pow2(r) * blocks_c * lane * cfg.score_bits,
+            "x_concat": r * blocks_r * wpt * c * max(cfg.x_bits, cfg.head_bits),
+            "q": r * blocks_r * wpt * c * cfg.qkv_bits,
+            "k": c * blocks_c * wpt * c * cfg.qkv_bits,
+            "v": lmax * wpt * c * cfg.qkv_bits,
+            "scores": 2 * _pow2(r) * _pow2(blocks_c) * c * cfg.score_bits,
             "probs": r * 2 * _pow2(lmax) * cfg.prob_bits,
-            "weights": _pow2(cfg.max_d_model) * lane * cfg.w_bits,
-            "params": self.max_tiles * lane * (cfg.bias_bits + cfg.mult_bits + cfg.shift_bits),
+            "weights": cfg.max_d_model * c * cfg.w_bits,
+            "params": self.max_tiles * c * (cfg.bias_bits + cfg.mult_bits + cfg.shift_bits),
         }
 
     # -- gateware ------------------------------------------------------------------------
@@ -157,8 +157,8 @@ class AttentionCore(wiring.Component):
         R, C = cfg.rows, cfg.cols
         lr, lc = _log2(R), _log2(C)
         lmax, dmax, hmax = cfg.max_seq_len, cfg.max_d_model, cfg.max_heads
-        wpt_bits = _log2(self.words_per_token)
-        xw_bits = _log2(self.x_words_per_token)
+        stride = self.words_per_token
+        wpt_bits = max(1, _log2(stride + 1))
         rblk_bits = _log2(_ceil_div(lmax, R))
         cblk_bits = _log2(_ceil_div(lmax, C))
         tok_bits = _log2(lmax)
@@ -170,7 +170,9 @@ class AttentionCore(wiring.Component):
         # are clamped afterwards to the width of the row's stage (clamping to a wider range
         # first changes nothing).
         rq_bits = max(cfg.qkv_bits, cfg.score_bits, cfg.head_bits, cfg.y_bits)
-        multiplier = "shift_add" if getattr(platform, "family", None) == "ice40" else "infer"
+        # On iCE40 every SB_MAC16 belongs to the array: requantize with fabric adders.
+        on_ice40 = str(getattr(platform, "device", "")).lower().startswith("ice40")
+        multiplier = "shift_add" if on_ice40 else "infer"
         units = self.requant_units
         per = C // units
         rqs = []
@@ -188,13 +190,17 @@ class AttentionCore(wiring.Component):
             return memory
 
         qkv_lanes = data.ArrayLayout(signed(cfg.qkv_bits), C)   # written lane by lane
-        x_mem = [mem(f"x_{r}", lanes_layout(cfg, cfg.x_bits), (1 << rblk_bits) << xw_bits)
-                 for r in range(R)]
-        q_mem = [mem(f"q_{r}", qkv_lanes, (1 << rblk_bits) << wpt_bits) for r in range(R)]
-        k_mem = [mem(f"k_{c}", qkv_lanes, (1 << cblk_bits) << wpt_bits) for c in range(C)]
-        v_mem = mem("v", qkv_lanes, (1 << tok_bits) << wpt_bits)
-        o_mem = [mem(f"concat_{r}", data.ArrayLayout(signed(cfg.head_bits), C),
-                     (1 << rblk_bits) << wpt_bits) for r in range(R)]
+        # X (used by the projections) and the head outputs (written after them) share banks
+        xo_lanes = data.ArrayLayout(signed(max(cfg.x_bits, cfg.head_bits)), C)
+        xo_mem = [mem(f"x_concat_{r}", xo_lanes, _ceil_div(lmax, R) * stride)
+                  for r in range(R)]
+        q_mem = [mem(f"q_{r}", qkv_lanes, _ceil_div(lmax, R) * stride) for r in range(R)]
+        k_mem = [mem(f"k_{c}", qkv_lanes, _ceil_div(lmax, C) * stride) for c in range(C)]
+        v_mem = mem("v", qkv_lanes, lmax * stride)
+
+        def at(block, word):
+            """Address of ``word`` of token (or token block) ``block``."""
+            return block * stride + word
         s_mem = mem("scores", data.ArrayLayout(signed(cfg.score_bits), C),
                     2 * slot_rows << cblk_bits)
         p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), 2 << tok_bits) for r in range(R)]
@@ -315,11 +321,15 @@ class AttentionCore(wiring.Component):
                      hwp.data.mult.eq(self.p_stream.payload.mult[0]),
                      hwp.data.shift.eq(self.p_stream.payload.shift[0]),
                      hwp.en.eq(load_p & self.p_stream.valid & (lp_stage == 2))]
+        xo_wr = [xo_mem[r].write_port(granularity=1) for r in range(R)]
         for r in range(R):
-            port = x_mem[r].write_port()
-            m.d.comb += [port.addr.eq(Cat(lx_w[:xw_bits], lx_tok[lr:])),
-                         port.data.eq(self.x_stream.payload),
-                         port.en.eq(load_x & self.x_stream.valid & (lx_tok[:lr] == r))]
+            with m.If(load_x):
+                m.d.comb += [xo_wr[r].addr.eq(at(lx_tok >> lr, lx_w)),
+                             xo_wr[r].en.eq(Mux(self.x_stream.valid
+                                                & ((lx_tok[:lr] == r) if lr else 1),
+                                                (1 << C) - 1, 0))]
+                for c in range(C):
+                    m.d.comb += xo_wr[r].data[c].eq(self.x_stream.payload[c])
 
         # ---- feeder: array operations --------------------------------------------------
         # F0: counters -> memory addresses (issue); F1: memory data -> array beat.
@@ -571,25 +581,23 @@ class AttentionCore(wiring.Component):
         wb_r = w_mem.read_port(transparent_for=(wb_w,))
         m.d.comb += [wb_r.addr.eq(k), wb_r.en.eq(adv)]
 
-        a_word_addr = Signal(rblk_bits + wpt_bits + 1)
-        m.d.comb += a_word_addr.eq(Cat(k_word[:wpt_bits], cur_rb[:rblk_bits]))
-        x_rd = [x_mem[r].read_port() for r in range(R)]
+        a_word_addr = Signal(range(_ceil_div(lmax, R) * stride + 1))
+        m.d.comb += a_word_addr.eq(at(cur_rb, k_word))
         q_rd = [q_mem[r].read_port() for r in range(R)]
-        o_rd = [o_mem[r].read_port() for r in range(R)]
+        o_rd = [xo_mem[r].read_port() for r in range(R)]
         p_rd = [p_mem[r].read_port() for r in range(R)]
         k_rd = [k_mem[c].read_port() for c in range(C)]
         v_rd = v_mem.read_port()
         for r in range(R):
             m.d.comb += [
-                x_rd[r].addr.eq(Cat(k_word[:xw_bits], rb[:rblk_bits])), x_rd[r].en.eq(adv),
                 q_rd[r].addr.eq(a_word_addr), q_rd[r].en.eq(adv),
                 o_rd[r].addr.eq(a_word_addr), o_rd[r].en.eq(adv),
                 p_rd[r].addr.eq(Cat(k[:tok_bits], pv_n[0])), p_rd[r].en.eq(adv),
             ]
         for c in range(C):
-            m.d.comb += [k_rd[c].addr.eq(Cat(k_word[:wpt_bits], blk[:cblk_bits])),
+            m.d.comb += [k_rd[c].addr.eq(at(blk, k_word)),
                          k_rd[c].en.eq(adv)]
-        m.d.comb += [v_rd.addr.eq(Cat((pv_base + blk)[:wpt_bits], k[:tok_bits])),
+        m.d.comb += [v_rd.addr.eq(at(k, pv_base + blk)),
                      v_rd.en.eq(adv)]
 
         # F1: assemble the array beat
@@ -600,7 +608,7 @@ class AttentionCore(wiring.Component):
             a = Signal(signed(cfg.a_bits), name=f"a_{r}")
             with m.Switch(f1.op):
                 with m.Case(_PROJ):
-                    m.d.comb += a.eq(x_rd[r].data[f1.lane])
+                    m.d.comb += a.eq(o_rd[r].data[f1.lane])
                 with m.Case(_S):
                     m.d.comb += a.eq(q_rd[r].data[f1.lane])
                 with m.Case(_PV):
@@ -716,23 +724,25 @@ class AttentionCore(wiring.Component):
         wr = retire & valid_row
         for r in range(R):
             port = q_mem[r].write_port(granularity=1)
-            m.d.comb += [port.addr.eq(Cat(ctrl.hword, (token >> lr)[:rblk_bits])),
+            m.d.comb += [port.addr.eq(at(token >> lr, ctrl.hword)),
                          port.data.eq(lanes_of(cfg.qkv_bits)),
                          port.en.eq(Mux(wr & (ctrl.op == _PROJ) & (ctrl.target == 0)
                                         & ((token[:lr] == r) if lr else 1), ctrl.cols, 0))]
-            port = o_mem[r].write_port(granularity=1)
-            m.d.comb += [port.addr.eq(Cat(ctrl.hword, (token >> lr)[:rblk_bits])),
-                         port.data.eq(lanes_of(cfg.head_bits)),
-                         port.en.eq(Mux(wr & (ctrl.op == _PV)
-                                        & ((token[:lr] == r) if lr else 1), ctrl.cols, 0))]
+            with m.If(~load_x):
+                port = xo_wr[r]
+                m.d.comb += [port.addr.eq(at(token >> lr, ctrl.hword)),
+                             port.en.eq(Mux(wr & (ctrl.op == _PV)
+                                            & ((token[:lr] == r) if lr else 1), ctrl.cols, 0))]
+                for c in range(C):
+                    m.d.comb += port.data[c].eq(clamp(res[c], cfg.head_bits).as_signed())
         for c in range(C):
             port = k_mem[c].write_port(granularity=1)
-            m.d.comb += [port.addr.eq(Cat(ctrl.hword, (token >> lc)[:cblk_bits])),
+            m.d.comb += [port.addr.eq(at(token >> lc, ctrl.hword)),
                          port.data.eq(lanes_of(cfg.qkv_bits)),
                          port.en.eq(Mux(wr & (ctrl.op == _PROJ) & (ctrl.target == 1)
                                         & ((token[:lc] == c) if lc else 1), ctrl.cols, 0))]
         port = v_mem.write_port(granularity=1)
-        m.d.comb += [port.addr.eq(Cat(ctrl.hword, token[:tok_bits])),
+        m.d.comb += [port.addr.eq(at(token, ctrl.hword)),
                      port.data.eq(lanes_of(cfg.qkv_bits)),
                      port.en.eq(Mux(wr & (ctrl.op == _PROJ) & (ctrl.target == 2),
                                     ctrl.cols, 0))]
@@ -849,4 +859,7 @@ class AttentionCore(wiring.Component):
                 m.d.sync += counters[4].eq(counters[4] + 1)
             with m.If(self.o_stream.valid & ~self.o_stream.ready):
                 m.d.sync += counters[5].eq(counters[5] + 1)
+            with m.If(phase_att & (cur_op == 7) & (s_end | (s_n > pv_n + 1)) & ~pv_end
+                      & (sm_done <= pv_n)):
+                m.d.sync += counters[6].eq(counters[6] + 1)
         return m

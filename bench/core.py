@@ -1,0 +1,128 @@
+"""The attention core end to end: MAC utilization, softmax share, simulation speed, latency.
+
+For each (preset, layer shape) it simulates the whole layer on the core (cocotb + Verilator by
+default, ``--sim amaranth`` or ``--sim icarus`` otherwise), checks the output against golden/
+integer for integer, and reports:
+
+- ``util``: MAC utilization = ideal cycles (all MACs / PEs) / measured cycles, from the
+  accepted ``start`` to the last output beat (loading X and the constants included);
+- ``sm_wait``: cycles the array waited for the softmax, as a share of the run (the latency
+  the softmax adds);
+- wall time of the simulation (build included, and without the build) and cycles/s;
+- ``us@fmax``: compute latency in microseconds at the nextpnr fmax given with
+  ``--fmax preset=MHz`` (figures from ``bench/core.py --synth`` or the board builds).
+
+    python -m bench.core [--quick] [--sim verilator] [--fmax ulx3s=130 ...] [--synth]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from attn import preset
+from golden import FloatMHA, attention_int, calibrate, make_mask, quantize_input
+from hw.core_io import CoreShape
+
+from .common import print_table, write_json
+
+LAYERS = {"reference": (64, 64, 4), "minilm": (16, 384, 12)}
+RUNS = [("default", "reference"), ("icebreaker", "reference"), ("ulx3s", "reference"),
+        ("ulx3s", "minilm"), ("default", "minilm")]
+QUICK = [("default", "reference"), ("ulx3s", "minilm")]
+
+
+def make_layer(cfg, seq_len, d_model, heads, seed=0):
+    rng = np.random.default_rng(seed)
+    s = 1 / np.sqrt(d_model)
+    mha = FloatMHA(rng.normal(0, s, (3 * d_model, d_model)), rng.normal(0, 0.02, 3 * d_model),
+                   rng.normal(0, s, (d_model, d_model)), rng.normal(0, 0.02, d_model), heads)
+    x = rng.normal(0, 1, (seq_len, d_model))
+    mask = make_mask(seq_len, causal=True)
+    qm = calibrate(cfg, mha, x, mask)
+    xi = quantize_input(x, qm, cfg)
+    return qm, xi, attention_int(cfg, qm, xi, mask)
+
+
+def run_one(sim, name, layer, fmax):
+    cfg = preset(name)
+    shape = LAYERS[layer]
+    qm, xi, expected = make_layer(cfg, *shape)
+    start = time.perf_counter()
+    if sim == "amaranth":
+        from sim.core_sim import simulate_core
+        run = simulate_core(cfg, qm, xi, causal=True, name=f"bench_{name}_{layer}")
+        y, cycles, counters = run.y, run.cycles, run.counters
+        sim_seconds = time.perf_counter() - start
+        build_seconds = 0.0
+    else:
+        from sim.core_cocotb import run_core_hdl
+        y, info = run_core_hdl(sim, cfg, qm, xi, causal=True, build_name=f"bench_{name}")
+        cycles, counters = info["cycles"], info["counters"]
+        total = time.perf_counter() - start
+        # a second run reuses the build: its wall time is the simulation alone
+        start = time.perf_counter()
+        run_core_hdl(sim, cfg, qm, xi, causal=True, build_name=f"bench_{name}")
+        sim_seconds = time.perf_counter() - start
+        build_seconds = total - sim_seconds
+    exact = bool(np.array_equal(y, expected.y))
+    ideal = CoreShape(cfg, *shape).macs() / cfg.pes
+    mhz = fmax.get(name)
+    return dict(preset=name, layer=layer, shape="x".join(map(str, shape)),
+                array=f"{cfg.rows}x{cfg.cols}", exact=exact, cycles=cycles,
+                ideal=int(ideal), util=ideal / cycles,
+                softmax_wait=counters["softmax_wait"] / cycles, counters=counters,
+                sim=sim, sim_seconds=sim_seconds, build_seconds=build_seconds,
+                cycles_per_second=cycles / sim_seconds,
+                fmax_mhz=mhz, latency_us=cycles / mhz if mhz else None)
+
+
+def synth_fmax():
+    """fmax of the core on its board's FPGA (out of context)."""
+    from boards.synth import synthesize
+    from hw.core import AttentionCore
+
+    out = {}
+    for name, family, mhz in (("icebreaker", "ice40", 48), ("ulx3s", "ecp5", 125)):
+        report = synthesize(AttentionCore(preset(name)), family=family, name=f"core_{name}",
+                            clock_mhz=mhz, dsp=True if family == "ice40" else None,
+                            check=False)
+        print(report)
+        if report.routed:
+            out[name] = report.fmax_mhz
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="two runs only")
+    parser.add_argument("--sim", default="verilator", choices=["verilator", "icarus",
+                                                               "amaranth"])
+    parser.add_argument("--fmax", action="append", default=[], metavar="PRESET=MHZ",
+                        help="nextpnr fmax of a preset, for latency in microseconds")
+    parser.add_argument("--synth", action="store_true", help="measure fmax with nextpnr")
+    args = parser.parse_args(argv)
+    fmax = {k: float(v) for k, v in (item.split("=") for item in args.fmax)}
+    if args.synth:
+        fmax.update(synth_fmax())
+    rows = [run_one(args.sim, name, layer, fmax) for name, layer in
+            (QUICK if args.quick else RUNS)]
+    table = [dict(preset=r["preset"], array=r["array"], layer=f"{r['layer']} {r['shape']}",
+                  exact="yes" if r["exact"] else "NO", cycles=f"{r['cycles']:,}",
+                  ideal=f"{r['ideal']:,}", util=f"{r['util']:.1%}",
+                  sm_wait=f"{r['softmax_wait']:.2%}", sim_s=f"{r['sim_seconds']:.1f}",
+                  build_s=f"{r['build_seconds']:.0f}",
+                  cyc_per_s=f"{r['cycles_per_second']:,.0f}",
+                  us=f"{r['latency_us']:.1f}" if r["latency_us"] else "-") for r in rows]
+    print_table(table, ["preset", "array", "layer", "exact", "cycles", "ideal", "util",
+                        "sm_wait", "sim_s", "build_s", "cyc_per_s", "us"],
+                f"Attention core on {args.sim} (causal mask, L x D x H)")
+    write_json("core", dict(rows=rows, fmax=fmax))
+    if not all(r["exact"] for r in rows):
+        raise SystemExit("core output differs from golden/")
+
+
+if __name__ == "__main__":
+    main()
