@@ -1,0 +1,617 @@
+"""The device side of the host link: frame parser, command dispatcher, memory regions, replies.
+
+:class:`HostLink` speaks the protocol of :mod:`attn.protocol` over a byte stream (connect it to
+:class:`hw.uart.UART`, see :func:`connect_uart`). It owns one ``amaranth.lib.memory.Memory`` per
+region and gives the core a read port and a write port on each; it starts the core with run
+arguments, watches for ``done``, exposes the core's performance counters to the host and can
+reset the core while the link itself keeps running.
+
+A device top looks like this::
+
+    m.submodules.uart = uart = UART(divisor=uart_divisor(48e6, 3e6))
+    m.submodules.link = link = HostLink(config=cfg, regions=[...], run_layout=..., counters=4,
+                                        timeout_cycles=480_000)
+    m.submodules.core = core = ResetInserter(link.core_reset)(Core(...))
+    connect_uart(m, uart, link)
+    # core <-> link.region_port("input"), link.start / run_args / busy / done / status /
+    # counters
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Module, Mux, Shape, Signal, Value, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from attn.config import AttnConfig
+from attn.protocol import (
+    COUNTER_BYTES,
+    CRC_INIT,
+    FLAG_BUSY,
+    FLAG_RUNNING,
+    MAX_COUNTERS,
+    MAX_LENGTH,
+    MAX_REGIONS,
+    READ_FIELDS,
+    READ_PAYLOAD,
+    REPLY_SYNC,
+    REQUEST_SYNC,
+    RUN_ARGS_OFFSET,
+    STATUS_FIELDS,
+    STATUS_PAYLOAD,
+    TAG_BYTES,
+    WRITE_FIELDS,
+    WRITE_HEADER,
+    Command,
+    Region,
+    Status,
+    decode_identify,
+    field_offsets,
+    identify_payload,
+    run_arg_bytes,
+)
+
+from .crc import crc16_next
+from .uart import rx_layout
+
+__all__ = ["HostLink", "region_signature", "connect_uart"]
+
+
+def _addr_bits(depth: int) -> int:
+    return max(1, (depth - 1).bit_length())
+
+
+def region_signature(region: Region) -> wiring.Signature:
+    """The core's view of a region: one synchronous read port, one write port.
+
+    ``r_data`` holds the word at the ``r_addr`` presented in the previous cycle with ``r_en``
+    high (one cycle of latency, not transparent to a write in the same cycle). A word is written
+    at ``w_addr`` in a cycle with ``w_en`` high.
+    """
+    addr = unsigned(_addr_bits(region.depth))
+    return wiring.Signature({
+        "r_addr": Out(addr), "r_en": Out(1), "r_data": In(region.width),
+        "w_addr": Out(addr), "w_en": Out(1), "w_data": Out(region.width),
+    })
+
+
+def _field(head, fields, name):
+    offset, size = field_offsets(fields)[name]
+    return head[8 * offset:8 * (offset + size)]
+
+
+class HostLink(wiring.Component):
+    """Frame parser and command dispatcher of the host link (protocol: :mod:`attn.protocol`).
+
+    Requests arrive on ``i_stream``, one byte per beat; replies leave on ``o_stream``. The link
+    is half duplex: from the end of a request until its reply has been sent it does not take
+    bytes (``i_stream.ready`` low). A request is received into a frame buffer and executed only
+    after its CRC and every check passed, so a malformed request changes nothing but the error
+    count. Each request gets exactly one reply; an error reply carries a :class:`Status` code
+    and no payload:
+
+    - CRC mismatch: ``BAD_CRC`` at once;
+    - a length field above ``max_payload``, or a UART framing error inside a frame: the rest
+      of the frame is dropped until the line has been quiet for ``timeout_cycles``, then
+      ``BAD_LENGTH`` / ``FRAMING``;
+    - a frame that stops (no byte for ``timeout_cycles``): ``TIMEOUT``, the parser is ready for
+      a new frame;
+    - unknown command, wrong length for the command, bad region, address range, interface tag
+      or a running core: ``BAD_COMMAND``, ``BAD_LENGTH``, ``BAD_REGION``, ``BAD_RANGE``,
+      ``BAD_TAG``, ``BUSY``.
+
+    Bytes outside frames that are not :data:`~attn.protocol.REQUEST_SYNC` are ignored.
+
+    The core is started by a one-cycle ``start`` pulse with ``run_args`` (registered, held until
+    the next RUN). The link considers the core running from ``start`` until a ``done`` pulse
+    (which carries ``status``) or a RESET; while it is running or ``busy`` is high the core owns
+    the region ports and WRITE, READ and RUN are refused with ``BUSY``. RUN replies at once
+    ("started"); the host polls STATUS. RESET pulses ``core_reset`` for one cycle and clears the
+    running flag; region contents are kept.
+
+    Parameters
+    ----------
+    config : AttnConfig
+        The accelerator configuration, sent whole in the IDENTIFY reply.
+    regions : sequence of attn.protocol.Region
+        The memory regions (1 to 255, distinct names); the link owns one ``Memory`` each.
+    run_layout : shape-castable
+        Layout of the run arguments (e.g. :func:`hw.core_io.run_args_layout`); the host sends
+        them as ``ceil(width / 8)`` little-endian bytes after the tag.
+    counters : int
+        Number of 32-bit performance counters (0 to 255), read by COUNTERS.
+    timeout_cycles : int
+        Cycles without a byte after which a frame in progress is abandoned (choose well above
+        one byte time, ``10 * divisor``, and above the gaps the host's USB adapter makes).
+    max_payload : int
+        Size of the frame buffer: the largest request payload accepted (at least
+        ``WRITE_HEADER`` plus one word of the widest writable region, at most 65535).
+
+    Members
+    -------
+    i_stream : In(stream.Signature(hw.uart.rx_layout))
+        Received bytes (``error``: UART framing error).
+    o_stream : Out(stream.Signature(8))
+        Reply bytes.
+    start : Out(1)
+        One-cycle pulse: run the core with ``run_args``.
+    run_args : Out(run_layout)
+        Arguments of the last RUN.
+    busy : In(1)
+        The core is working (reported by STATUS; keeps the region ports with the core).
+    done : In(1)
+        One-cycle pulse: the run ended, with ``status`` (0 = success, by convention).
+    status : In(8)
+        Status code of the run, valid with ``done``.
+    counters : In(data.ArrayLayout(32, counters))
+        Performance counters (only if ``counters > 0``); each is sampled as it is sent.
+    core_reset : Out(1)
+        One-cycle pulse: reset the core (RESET command).
+    mem_<name> : In(region_signature(region))
+        For each region, the core's ports (see :meth:`region_port`).
+
+    Raises
+    ------
+    TypeError, ValueError
+        If a parameter has the wrong type or value; the message names it and the value given.
+    """
+
+    def __init__(self, *, config, regions, run_layout, counters: int, timeout_cycles: int,
+                 max_payload: int = 256):
+        if not isinstance(config, AttnConfig):
+            raise TypeError(f"config must be an AttnConfig, not {config!r}")
+        regions = tuple(regions) if isinstance(regions, (list, tuple)) else regions
+        if not isinstance(regions, tuple) or not all(isinstance(r, Region) for r in regions):
+            raise TypeError(f"regions must be a sequence of Region, not {regions!r}")
+        if not 1 <= len(regions) <= MAX_REGIONS:
+            raise ValueError(f"regions must hold 1 to {MAX_REGIONS} regions, not "
+                             f"{len(regions)}")
+        names = [r.name for r in regions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"regions must have distinct names, not {names!r}")
+        try:
+            run_bits = Shape.cast(run_layout).width
+        except TypeError:
+            raise TypeError(f"run_layout must be a shape-castable, not {run_layout!r}") \
+                from None
+        for name, value, lo, hi in (("counters", counters, 0, MAX_COUNTERS),
+                                    ("timeout_cycles", timeout_cycles, 1, (1 << 32) - 1),
+                                    ("max_payload", max_payload, 1, MAX_LENGTH)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, not {value!r}")
+            if not lo <= value <= hi:
+                raise ValueError(f"{name} must be between {lo} and {hi}, not {value!r}")
+        need = max([WRITE_HEADER + r.word_bytes for r in regions if r.writable]
+                   + [READ_PAYLOAD, RUN_ARGS_OFFSET + run_arg_bytes(run_bits)])
+        if max_payload < need:
+            raise ValueError(f"max_payload must be at least {need} for these regions and run "
+                             f"arguments, not {max_payload!r}")
+
+        self.config = config
+        self.regions = regions
+        self.run_layout = run_layout
+        self.run_bits = run_bits
+        self.n_counters = counters
+        self.timeout_cycles = timeout_cycles
+        self.max_payload = max_payload
+        self.ident = identify_payload(config, regions, counters, run_bits, max_payload,
+                                      timeout_cycles)
+        self.tag = decode_identify(self.ident).tag
+
+        ports = {
+            "i_stream": In(stream.Signature(rx_layout)),
+            "o_stream": Out(stream.Signature(8)),
+            "start": Out(1),
+            "run_args": Out(run_layout),
+            "busy": In(1),
+            "done": In(1),
+            "status": In(8),
+            "core_reset": Out(1),
+        }
+        #: The region memories by name of the latest elaboration (``amaranth.lib.memory.Memory``;
+        #: testbenches may read ``memories[name].data[i]``).
+        self.memories = {}
+        if counters:
+            ports["counters"] = In(data.ArrayLayout(32, counters))
+        for region in regions:
+            ports[f"mem_{region.name}"] = In(region_signature(region))
+        super().__init__(ports)
+
+    def region_port(self, name: str):
+        """The core's ports of region ``name`` (an interface of :func:`region_signature`)."""
+        return getattr(self, f"mem_{name}")
+
+    def elaborate(self, platform):
+        m = Module()
+        regions = self.regions
+        i_stream, o_stream = self.i_stream, self.o_stream
+
+        # -- storage -----------------------------------------------------------------------
+        m.submodules.frame_buffer = fbuf = Memory(shape=8, depth=self.max_payload, init=[])
+        fbuf_w = fbuf.write_port()
+        fbuf_r = fbuf.read_port()
+        m.submodules.ident_rom = rom = Memory(shape=8, depth=len(self.ident),
+                                              init=list(self.ident))
+        rom_r = rom.read_port()
+
+        running = Signal()
+        core_owns = Signal()
+        m.d.comb += core_owns.eq(running | self.busy)
+
+        # The link's side of every region: one address/data bus, enables per region.
+        word_bits = 8 * max([COUNTER_BYTES, STATUS_PAYLOAD] + [r.word_bytes for r in regions])
+        word = Signal(word_bits)            # word being assembled (WRITE) or sent (replies)
+        ptr = Signal(17)                    # ROM / memory / counter / frame buffer index
+        region_sel = Signal(8)
+        link_w_en = Signal()
+        link_r_data = Signal(word_bits)
+        mem_r_data = []
+        self.memories = {r.name: Memory(shape=unsigned(r.width), depth=r.depth, init=[])
+                         for r in regions}
+        for index, region in enumerate(regions):
+            mem = self.memories[region.name]
+            m.submodules[f"region_{region.name}"] = mem
+            wp = mem.write_port()
+            rp = mem.read_port()
+            core = self.region_port(region.name)
+            abits = len(wp.addr)
+            mine = Signal(name=f"link_writes_{region.name}")
+            m.d.comb += mine.eq(link_w_en & (region_sel == index))
+            m.d.comb += [
+                wp.addr.eq(Mux(core_owns, core.w_addr, ptr[:abits])),
+                wp.data.eq(Mux(core_owns, core.w_data, word[:region.width])),
+                wp.en.eq(Mux(core_owns, core.w_en, mine)),
+                rp.addr.eq(Mux(core_owns, core.r_addr, ptr[:abits])),
+                rp.en.eq(Mux(core_owns, core.r_en, 1)),
+                core.r_data.eq(rp.data),
+            ]
+            mem_r_data.append(rp.data)
+        with m.Switch(region_sel):
+            for index, rdata in enumerate(mem_r_data):
+                with m.Case(index):
+                    m.d.comb += link_r_data.eq(rdata)
+
+        # -- request state -----------------------------------------------------------------
+        cmd = Signal(8)
+        length = Signal(16)
+        idx = Signal(range(self.max_payload + 1))
+        head_bytes = max(WRITE_HEADER, READ_PAYLOAD, RUN_ARGS_OFFSET + run_arg_bytes(
+            self.run_bits))
+        head = Signal(8 * head_bytes)
+        crc_rx = Signal(16, init=CRC_INIT)
+        crc_rx_next = Signal(16)
+        crc_hi_ok = Signal()
+        crc_lo = Signal(8)
+        m.d.comb += crc_rx_next.eq(crc16_next(crc_rx, i_stream.payload.data))
+        timer = Signal(range(self.timeout_cycles + 1))
+        timed_out = Signal()
+        m.d.comb += timed_out.eq(timer == self.timeout_cycles)
+        pending = Signal(8)                 # error code of a frame being discarded
+
+        # -- reply state -------------------------------------------------------------------
+        r_status = Signal(8)
+        r_len = Signal(16)
+        words_left = Signal(17)
+        wb = Signal(4)                      # bytes per word of the payload source
+        byte_no = Signal(4)
+        src = Signal(3)
+        SRC_ROM, SRC_MEM, SRC_CNT, SRC_STATUS = range(4)
+        crc_tx = Signal(16, init=CRC_INIT)
+        crc_tx_en = Signal()
+        with m.If(o_stream.valid & o_stream.ready & crc_tx_en):
+            m.d.sync += crc_tx.eq(crc16_next(crc_tx, o_stream.payload))
+
+        last_status = Signal(8)
+        runs = Signal(16)
+        errors = Signal(16)
+        status_word = Signal(8 * STATUS_PAYLOAD)
+        m.d.comb += [
+            _field(status_word, STATUS_FIELDS, "flags").eq(
+                Mux(running, FLAG_RUNNING, 0) | Mux(self.busy, FLAG_BUSY, 0)),
+            _field(status_word, STATUS_FIELDS, "last_status").eq(last_status),
+            _field(status_word, STATUS_FIELDS, "runs").eq(runs),
+            _field(status_word, STATUS_FIELDS, "errors").eq(errors),
+        ]
+
+        # -- the core ------------------------------------------------------------------------
+        m.d.sync += [self.start.eq(0), self.core_reset.eq(0)]
+        with m.If(self.done & running):
+            m.d.sync += [running.eq(0), last_status.eq(self.status), runs.eq(runs + 1)]
+
+        # -- reads for the reply payload and for WRITE ------------------------------------------
+        m.d.comb += [rom_r.addr.eq(ptr), fbuf_r.addr.eq(idx)]
+
+        def reply(m, status, *, payload_len=0, source=None, words=0, bytes_per_word=1):
+            m.d.sync += [r_status.eq(status), r_len.eq(payload_len), words_left.eq(words),
+                         wb.eq(bytes_per_word)]
+            if source is not None:
+                m.d.sync += src.eq(source)
+            m.next = "R_SYNC"
+
+        count_error = Signal()
+        m.d.sync += count_error.eq(0)
+        with m.If(count_error):
+            m.d.sync += errors.eq(errors + 1)
+
+        def error(m, status):
+            m.d.sync += [r_status.eq(status), r_len.eq(0), words_left.eq(0),
+                         count_error.eq(1)]
+            m.next = "R_SYNC"
+
+        take = Signal()
+        m.d.comb += take.eq(i_stream.valid & i_stream.ready)
+        byte = i_stream.payload.data
+
+        # Per-region constants for the request in ``head`` (WRITE and READ put the region
+        # number in different places: ``region_sel`` is loaded with the right one below).
+        w_region = _field(head, WRITE_FIELDS, "region")
+        w_addr = _field(head, WRITE_FIELDS, "address")
+        w_count = _field(head, WRITE_FIELDS, "count")
+        w_tag = _field(head, WRITE_FIELDS, "tag")
+        r_region = _field(head, READ_FIELDS, "region")
+        r_addr = _field(head, READ_FIELDS, "address")
+        r_count = _field(head, READ_FIELDS, "count")
+        run_tag = head[:8 * TAG_BYTES]
+        run_args = head[8 * RUN_ARGS_OFFSET:8 * RUN_ARGS_OFFSET + self.run_bits]
+
+        def region_info(sel, count, name):
+            ok_w = Signal(name=f"{name}_writable")
+            ok_r = Signal(name=f"{name}_readable")
+            depth = Signal(17, name=f"{name}_depth")
+            nb = Signal(4, name=f"{name}_word_bytes")
+            nbytes = Signal(20, name=f"{name}_bytes")
+            with m.Switch(sel):
+                for index, region in enumerate(regions):
+                    with m.Case(index):
+                        m.d.comb += [ok_w.eq(region.writable), ok_r.eq(region.readable),
+                                     depth.eq(region.depth), nb.eq(region.word_bytes),
+                                     nbytes.eq(count * region.word_bytes)]
+            return ok_w, ok_r, depth, nb, nbytes
+
+        w_ok, _, w_depth, w_nb, w_bytes = region_info(w_region, w_count, "write")
+        _, r_ok, r_depth, r_nb, r_bytes = region_info(r_region, r_count, "read")
+        # The checks, registered in state DECODE so that EXEC only combines flags.
+        run_length = RUN_ARGS_OFFSET + run_arg_bytes(self.run_bits)
+        checks = {
+            "w_short": length < WRITE_HEADER,
+            "w_tag": w_tag != self.tag,
+            "w_region": (w_region >= len(regions)) | ~w_ok,
+            "w_range": w_addr + w_count > w_depth,
+            "w_length": length != WRITE_HEADER + w_bytes,
+            "w_empty": w_count == 0,
+            "r_length": length != READ_PAYLOAD,
+            "r_region": (r_region >= len(regions)) | ~r_ok,
+            "r_range": r_addr + r_count > r_depth,
+            "r_long": r_bytes > MAX_LENGTH,
+            "run_length": length != run_length,
+            "run_tag": run_tag != self.tag,
+            "nonempty": length != 0,
+        }
+        bad = {name: Signal(name=f"check_{name}") for name in checks}
+        r_nb_q = Signal.like(r_nb)
+        w_nb_q = Signal.like(w_nb)
+        r_bytes_q = Signal(16)
+        ident_len = len(self.ident)
+
+        with m.FSM():
+            # -- receive a frame ----------------------------------------------------------
+            rx_states = ("HUNT", "CMD", "LEN0", "LEN1", "PAYLOAD", "CRC0", "CRC1", "DISCARD")
+            with m.State("HUNT"):
+                m.d.comb += i_stream.ready.eq(1)
+                m.d.sync += [timer.eq(0), crc_rx.eq(CRC_INIT), cmd.eq(0)]
+                with m.If(take & ~i_stream.payload.error & (byte == REQUEST_SYNC)):
+                    m.next = "CMD"
+            for state in rx_states[1:-1]:
+                with m.State(state):
+                    m.d.comb += i_stream.ready.eq(1)
+                    m.d.sync += timer.eq(timer + 1)
+                    with m.If(take):
+                        m.d.sync += [timer.eq(0), crc_rx.eq(crc_rx_next)]
+                        with m.If(i_stream.payload.error):
+                            m.d.sync += pending.eq(Status.FRAMING)
+                            m.next = "DISCARD"
+                        with m.Else():
+                            if state == "CMD":
+                                m.d.sync += cmd.eq(byte)
+                                m.next = "LEN0"
+                            elif state == "LEN0":
+                                m.d.sync += length[:8].eq(byte)
+                                m.next = "LEN1"
+                            elif state == "LEN1":
+                                m.d.sync += [length[8:].eq(byte), idx.eq(0)]
+                                full = Cat(length[:8], byte)
+                                with m.If(full > self.max_payload):
+                                    m.d.sync += pending.eq(Status.BAD_LENGTH)
+                                    m.next = "DISCARD"
+                                with m.Elif(full == 0):
+                                    m.next = "CRC0"
+                                with m.Else():
+                                    m.next = "PAYLOAD"
+                            elif state == "PAYLOAD":
+                                m.d.comb += [fbuf_w.addr.eq(idx), fbuf_w.data.eq(byte),
+                                             fbuf_w.en.eq(1)]
+                                with m.Switch(idx):
+                                    for i in range(head_bytes):
+                                        with m.Case(i):
+                                            m.d.sync += head[8 * i:8 * i + 8].eq(byte)
+                                m.d.sync += idx.eq(idx + 1)
+                                with m.If(idx + 1 == length):
+                                    m.next = "CRC0"
+                            elif state == "CRC0":
+                                # The CRC is sent high byte first: compare it byte by byte
+                                # with the CRC of the body (same as a zero residue).
+                                m.d.sync += [crc_hi_ok.eq(byte == crc_rx[8:]),
+                                             crc_lo.eq(crc_rx[:8])]
+                                m.next = "CRC1"
+                            else:
+                                with m.If(crc_hi_ok & (byte == crc_lo)):
+                                    m.next = "DECODE"
+                                with m.Else():
+                                    error(m, Status.BAD_CRC)
+                    with m.Elif(timed_out):
+                        error(m, Status.TIMEOUT)
+            with m.State("DISCARD"):
+                m.d.comb += i_stream.ready.eq(1)
+                m.d.sync += timer.eq(timer + 1)
+                with m.If(take):
+                    m.d.sync += timer.eq(0)
+                with m.Elif(timed_out):
+                    error(m, pending)
+
+            # -- check and execute ----------------------------------------------------------
+            with m.State("DECODE"):
+                m.d.sync += [bad[name].eq(cond) for name, cond in checks.items()]
+                m.d.sync += [r_nb_q.eq(r_nb), w_nb_q.eq(w_nb), r_bytes_q.eq(r_bytes)]
+                m.next = "EXEC"
+            with m.State("EXEC"):
+                m.d.sync += ptr.eq(0)
+                with m.Switch(cmd):
+                    with m.Case(Command.IDENTIFY):
+                        with m.If(bad["nonempty"]):
+                            error(m, Status.BAD_LENGTH)
+                        with m.Else():
+                            reply(m, Status.OK, payload_len=ident_len, source=SRC_ROM,
+                                  words=ident_len, bytes_per_word=1)
+                    with m.Case(Command.STATUS):
+                        with m.If(bad["nonempty"]):
+                            error(m, Status.BAD_LENGTH)
+                        with m.Else():
+                            reply(m, Status.OK, payload_len=STATUS_PAYLOAD, source=SRC_STATUS,
+                                  words=1, bytes_per_word=STATUS_PAYLOAD)
+                    with m.Case(Command.COUNTERS):
+                        with m.If(bad["nonempty"]):
+                            error(m, Status.BAD_LENGTH)
+                        with m.Else():
+                            reply(m, Status.OK, payload_len=COUNTER_BYTES * self.n_counters,
+                                  source=SRC_CNT, words=self.n_counters,
+                                  bytes_per_word=COUNTER_BYTES)
+                    with m.Case(Command.RESET):
+                        with m.If(bad["nonempty"]):
+                            error(m, Status.BAD_LENGTH)
+                        with m.Else():
+                            m.d.sync += [self.core_reset.eq(1), running.eq(0)]
+                            reply(m, Status.OK)
+                    with m.Case(Command.RUN):
+                        with m.If(bad["run_length"]):
+                            error(m, Status.BAD_LENGTH)
+                        with m.Elif(bad["run_tag"]):
+                            error(m, Status.BAD_TAG)
+                        with m.Elif(core_owns):
+                            error(m, Status.BUSY)
+                        with m.Else():
+                            m.d.sync += [self.start.eq(1), Value.cast(self.run_args).eq(run_args),
+                                         running.eq(1)]
+                            reply(m, Status.OK)
+                    with m.Case(Command.WRITE):
+                        m.d.sync += [region_sel.eq(w_region), ptr.eq(w_addr),
+                                     idx.eq(WRITE_HEADER), words_left.eq(w_count),
+                                     wb.eq(w_nb_q), byte_no.eq(0), word.eq(0)]
+                        with m.If(bad["w_short"]):
+                            error(m, Status.BAD_LENGTH)
+                        with m.Elif(bad["w_tag"]):
+                            error(m, Status.BAD_TAG)
+                        with m.Elif(bad["w_region"]):
+                            error(m, Status.BAD_REGION)
+                        with m.Elif(bad["w_range"]):
+                            error(m, Status.BAD_RANGE)
+                        with m.Elif(bad["w_length"]):
+                            error(m, Status.BAD_LENGTH)
+                        with m.Elif(core_owns):
+                            error(m, Status.BUSY)
+                        with m.Elif(bad["w_empty"]):
+                            reply(m, Status.OK)
+                        with m.Else():
+                            m.next = "W_ISSUE"
+                    with m.Case(Command.READ):
+                        m.d.sync += [region_sel.eq(r_region), ptr.eq(r_addr)]
+                        with m.If(bad["r_length"]):
+                            error(m, Status.BAD_LENGTH)
+                        with m.Elif(bad["r_region"]):
+                            error(m, Status.BAD_REGION)
+                        with m.Elif(bad["r_range"]):
+                            error(m, Status.BAD_RANGE)
+                        with m.Elif(bad["r_long"]):
+                            error(m, Status.BAD_LENGTH)
+                        with m.Elif(core_owns):
+                            error(m, Status.BUSY)
+                        with m.Else():
+                            m.d.sync += [r_status.eq(Status.OK), r_len.eq(r_bytes_q),
+                                         words_left.eq(r_count), wb.eq(r_nb_q), src.eq(SRC_MEM)]
+                            m.next = "R_SYNC"
+                    with m.Default():
+                        error(m, Status.BAD_COMMAND)
+
+            # -- WRITE: frame buffer -> region, word by word -----------------------------------
+            # ``idx`` walks the frame buffer, ``ptr`` the region.
+            with m.State("W_ISSUE"):            # the frame buffer sees ``idx`` in this cycle
+                m.next = "W_TAKE"
+            with m.State("W_TAKE"):
+                m.d.sync += [word.word_select(byte_no, 8).eq(fbuf_r.data),
+                             byte_no.eq(byte_no + 1), idx.eq(idx + 1)]
+                m.next = "W_ISSUE"
+                with m.If(byte_no + 1 == wb):
+                    m.next = "W_STORE"
+            with m.State("W_STORE"):
+                m.d.comb += link_w_en.eq(1)
+                m.d.sync += [ptr.eq(ptr + 1), words_left.eq(words_left - 1), byte_no.eq(0),
+                             word.eq(0)]
+                m.next = "W_ISSUE"
+                with m.If(words_left == 1):
+                    m.d.sync += [r_status.eq(Status.OK), r_len.eq(0), words_left.eq(0)]
+                    m.next = "R_SYNC"
+
+            # -- send the reply ---------------------------------------------------------------
+            def send(value, next_state, *, crc=True):
+                m.d.comb += [o_stream.valid.eq(1), o_stream.payload.eq(value),
+                             crc_tx_en.eq(crc)]
+                with m.If(o_stream.ready):
+                    m.next = next_state
+
+            with m.State("R_SYNC"):
+                m.d.sync += crc_tx.eq(CRC_INIT)
+                send(REPLY_SYNC, "R_CMD", crc=False)
+            with m.State("R_CMD"):
+                send(cmd, "R_STATUS")
+            with m.State("R_STATUS"):
+                send(r_status, "R_LEN0")
+            with m.State("R_LEN0"):
+                send(r_len[:8], "R_LEN1")
+            with m.State("R_LEN1"):
+                send(r_len[8:], "P_NEXT")
+            with m.State("P_NEXT"):             # the read ports see ``ptr`` in this cycle
+                m.d.sync += byte_no.eq(0)
+                m.next = "P_LOAD"
+                with m.If(words_left == 0):
+                    m.next = "R_CRC0"
+            with m.State("P_LOAD"):
+                with m.Switch(src):
+                    with m.Case(SRC_ROM):
+                        m.d.sync += word.eq(rom_r.data)
+                    with m.Case(SRC_MEM):
+                        m.d.sync += word.eq(link_r_data)
+                    with m.Case(SRC_STATUS):
+                        m.d.sync += word.eq(status_word)
+                    if self.n_counters:
+                        with m.Case(SRC_CNT):
+                            m.d.sync += word.eq(self.counters[ptr[:8]])
+                m.next = "P_BYTES"
+            with m.State("P_BYTES"):
+                send(word[:8], "P_BYTES")
+                with m.If(o_stream.ready):
+                    m.d.sync += [word.eq(word >> 8), byte_no.eq(byte_no + 1)]
+                    with m.If(byte_no + 1 == wb):
+                        m.d.sync += [ptr.eq(ptr + 1), words_left.eq(words_left - 1)]
+                        m.next = "P_NEXT"
+            with m.State("R_CRC0"):
+                send(crc_tx[8:], "R_CRC1", crc=False)
+            with m.State("R_CRC1"):
+                send(crc_tx[:8], "HUNT", crc=False)
+        return m
+
+
+def connect_uart(m, uart, link) -> None:
+    """Connect a :class:`hw.uart.UART` to a :class:`HostLink` in module ``m``."""
+    wiring.connect(m, uart.o_stream, link.i_stream)
+    wiring.connect(m, link.o_stream, uart.i_stream)
+
