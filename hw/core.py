@@ -122,10 +122,11 @@ class AttentionCore(wiring.Component):
 
     @property
     def requant_units(self) -> int:
-        """Requantizers working in parallel (each one value per cycle): enough for a result row
-        of ``R x C`` values every 8 cycles, so tiles with reductions of 8 or more never wait."""
+        """Requantizers working in parallel (each one value per cycle): enough for the ``R x C``
+        results of a tile every 8 cycles, at most 4 (each takes 3 DSP blocks on ECP5), so tiles
+        with reductions of at least ``R * C / 4`` never wait for them."""
         cfg = self.cfg
-        return min(cfg.cols, _pow2(_ceil_div(cfg.rows * cfg.cols, 8)))
+        return min(cfg.cols, _pow2(_ceil_div(cfg.rows * cfg.cols, 8)), 4)
 
     @property
     def max_tiles(self) -> int:
@@ -184,8 +185,12 @@ class AttentionCore(wiring.Component):
             m.submodules[f"requant_{g}"] = rqs[g]
         rq = rqs[0]
 
-        def mem(name, shape, depth):
-            memory = Memory(shape=shape, depth=max(depth, 2), init=[])
+        on_ecp5 = getattr(platform, "family", None) == "ecp5"
+
+        def mem(name, shape, depth, small=False):
+            # small memories go to LUT RAM on ECP5, keeping block RAM for the big buffers
+            attrs = {"ram_style": "distributed"} if small and on_ecp5 else None
+            memory = Memory(shape=shape, depth=max(depth, 2), init=[], attrs=attrs)
             m.submodules[name] = memory
             return memory
 
@@ -203,9 +208,10 @@ class AttentionCore(wiring.Component):
             return block * stride + word
         s_mem = mem("scores", data.ArrayLayout(signed(cfg.score_bits), C),
                     2 * slot_rows << cblk_bits)
-        p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), 2 << tok_bits) for r in range(R)]
+        p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), 2 << tok_bits, small=True)
+                 for r in range(R)]
         w_mem = mem("weights", lanes_layout(cfg, cfg.w_bits), _pow2(dmax))
-        c_mem = mem("params", param_layout(cfg), self.max_tiles)
+        c_mem = mem("params", param_layout(cfg), self.max_tiles, small=True)
         head_layout = data.StructLayout({"mult": unsigned(cfg.mult_bits),
                                          "shift": unsigned(cfg.shift_bits)})
         h_mem = mem("head_params", head_layout, 2 * _pow2(hmax))
@@ -400,30 +406,30 @@ class AttentionCore(wiring.Component):
         m.d.comb += issue.eq(can_issue)
         m.d.comb += self.w_stream.ready.eq(can_issue & want_w)
 
-        def start_tile(op, k_word_init):
+        def start_tile(k_word_init):
             m.d.sync += [k.eq(0), k_lane.eq(0), k_word.eq(k_word_init)]
 
         with m.If(cur_op == 7):
             with m.If(phase_proj & ~proj_done):
                 m.d.sync += [cur_op.eq(_PROJ), rb.eq(0), rem_rows.eq(L),
                              rem_cols.eq(d - (pj_j << lc))]
-                start_tile(_PROJ, 0)
+                start_tile(0)
             with m.Elif(phase_att & ~att_done):
                 # S(s_n) while it is at most one ahead of PV; else PV(pv_n) once its
                 # probabilities are complete
                 with m.If(~s_end & (s_n <= pv_n + 1)):
                     m.d.sync += [cur_op.eq(_S), blk.eq(0), rem_cols.eq(L),
                                  rem_rows.eq(L - (s_rb << lr))]
-                    start_tile(_S, s_base)
+                    start_tile(s_base)
                 with m.Elif(~pv_end & (sm_done > pv_n)):
                     m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
                                  rem_rows.eq(L - (pv_rb << lr))]
-                    start_tile(_PV, pv_base)
+                    start_tile(pv_base)
             with m.Elif(phase_out & ~out_issued):
                 m.d.sync += [cur_op.eq(_OUT), rb.eq(0), rem_rows.eq(L),
                              rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
                              ot_base.eq(0)]
-                start_tile(_OUT, 0)
+                start_tile(0)
 
         # reduction length and "first/last" of the current tile
         red_len = Signal(range(max(lmax, dmax) + 1))
@@ -754,6 +760,22 @@ class AttentionCore(wiring.Component):
             m.d.sync += s_drained.eq(s_drained + 1)
 
         # ---- softmax: score rows in, probability rows out -------------------------------
+        def walk_rows(row_end, j, row, rows, h, rb, on_block_end):
+            """Step (j, row, head, row block) through the score rows of the attention blocks
+            in order: j over a row, rows of a block, heads, row blocks."""
+            with m.If(row_end):
+                m.d.sync += j.eq(0)
+                with m.If(row + 1 == rows):
+                    m.d.sync += [row.eq(0), *on_block_end]
+                    with m.If(h + 1 == H):
+                        m.d.sync += [h.eq(0), rb.eq(rb + 1)]
+                    with m.Else():
+                        m.d.sync += h.eq(h + 1)
+                with m.Else():
+                    m.d.sync += row.eq(row + 1)
+            with m.Else():
+                m.d.sync += j.eq(j + 1)
+
         sm_n = Signal(16)                     # blocks fed so far
         sm_rb, sm_row = Signal(range(lmax + 1)), Signal(range(R))
         sm_h = Signal(range(hmax))
@@ -788,18 +810,8 @@ class AttentionCore(wiring.Component):
         with m.If(sm_issue):
             m.d.sync += [sm_f1_info.lane.eq(sm_j[:lc] if lc else 0),
                          sm_f1_info.mask.eq(masked), sm_f1_info.last.eq(sm_j + 1 == L)]
-            with m.If(sm_j + 1 == L):
-                m.d.sync += sm_j.eq(0)
-                with m.If(sm_row + 1 == sm_rows):
-                    m.d.sync += [sm_row.eq(0), sm_busy.eq(0), sm_n.eq(sm_n + 1)]
-                    with m.If(sm_h + 1 == H):
-                        m.d.sync += [sm_h.eq(0), sm_rb.eq(sm_rb + 1)]
-                    with m.Else():
-                        m.d.sync += sm_h.eq(sm_h + 1)
-                with m.Else():
-                    m.d.sync += sm_row.eq(sm_row + 1)
-            with m.Else():
-                m.d.sync += sm_j.eq(sm_j + 1)
+            walk_rows(sm_j + 1 == L, sm_j, sm_row, sm_rows, sm_h, sm_rb,
+                      [sm_busy.eq(0), sm_n.eq(sm_n + 1)])
         sm_in = softmax.i_stream.payload
         m.d.comb += [softmax.i_stream.valid.eq(sm_f1),
                      sm_in.score.eq(s_rd.data[sm_f1_info.lane]),
@@ -827,18 +839,8 @@ class AttentionCore(wiring.Component):
             m.d.sync += [po_n.eq(0), po_rb.eq(0), po_h.eq(0), po_row.eq(0), po_j.eq(0),
                          sm_done.eq(0), s_drained.eq(0)]
         with m.Elif(took_p):
-            with m.If(softmax.o_stream.payload.last):
-                m.d.sync += po_j.eq(0)
-                with m.If(po_row + 1 == po_rows):
-                    m.d.sync += [po_row.eq(0), po_n.eq(po_n + 1), sm_done.eq(sm_done + 1)]
-                    with m.If(po_h + 1 == H):
-                        m.d.sync += [po_h.eq(0), po_rb.eq(po_rb + 1)]
-                    with m.Else():
-                        m.d.sync += po_h.eq(po_h + 1)
-                with m.Else():
-                    m.d.sync += po_row.eq(po_row + 1)
-            with m.Else():
-                m.d.sync += po_j.eq(po_j + 1)
+            walk_rows(softmax.o_stream.payload.last, po_j, po_row, po_rows, po_h, po_rb,
+                      [po_n.eq(po_n + 1), sm_done.eq(sm_done + 1)])
 
         # ---- output end and counters ----------------------------------------------------
         m.d.comb += out_done.eq(self.o_stream.valid & self.o_stream.ready

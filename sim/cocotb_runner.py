@@ -125,7 +125,8 @@ def run_cocotb(*, sim: str, verilog_file: Path, toplevel: str, test_module: str,
                build_name: str, params: dict | None = None, testcase=None) -> None:
     """Build ``verilog_file`` with ``sim`` and run the cocotb ``test_module`` against it.
 
-    ``params`` reach the testbench as JSON in the environment variable ``ATTN_TEST_PARAMS``.
+    ``params`` reach the testbench as a JSON file named by the environment variable
+    ``ATTN_TEST_PARAMS`` (:func:`sim.cocotb_streams.test_params` reads it).
     Raises :class:`AssertionError` with the failing part of the log if any cocotb test fails.
     """
     from cocotb_tools.runner import get_runner
@@ -136,7 +137,9 @@ def run_cocotb(*, sim: str, verilog_file: Path, toplevel: str, test_module: str,
     build_dir = BUILD / "cocotb" / sim / build_name
     build_dir.mkdir(parents=True, exist_ok=True)
     waves = os.environ.get("ATTN_WAVES", "") not in ("", "0")
-    env = {"ATTN_TEST_PARAMS": json.dumps(params or {}),
+    params_file = build_dir / f"params_{os.getpid()}.json"
+    params_file.write_text(json.dumps(params or {}))
+    env = {"ATTN_TEST_PARAMS": str(params_file),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "--no-timing"] \
         if sim == "verilator" else []

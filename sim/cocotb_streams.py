@@ -21,8 +21,12 @@ __all__ = ["test_params", "start_clock", "StreamSource", "StreamSink"]
 
 
 def test_params() -> dict:
-    """Parameters passed by :func:`sim.cocotb_runner.run_cocotb`."""
-    return json.loads(os.environ.get("ATTN_TEST_PARAMS", "{}"))
+    """Parameters passed by :func:`sim.cocotb_runner.run_cocotb` (a JSON file)."""
+    path = os.environ.get("ATTN_TEST_PARAMS")
+    if not path:
+        return {}
+    with open(path) as f:
+        return json.load(f)
 
 
 async def start_clock(dut, period_ns: int = 10):

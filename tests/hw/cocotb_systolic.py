@@ -1,6 +1,6 @@
 """cocotb testbench of the systolic array (run by test_systolic.py and bench/systolic.py).
 
-Parameters (JSON in ``ATTN_TEST_PARAMS``): ``preset`` and ``changes`` rebuild the
+Parameters (the JSON file named by ``ATTN_TEST_PARAMS``): ``preset`` and ``changes`` rebuild the
 :class:`attn.AttnConfig` (so widths come from the config, not from here), ``tiles`` per stall
 pattern, ``stalls`` as ``[[stall_in, stall_out], ...]``, ``seed``, optional ``max_k`` /
 ``fixed_k``, and optional ``report`` (a JSON file that receives cycle counts and wall time).

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from hw.divider import Divider, divider_input_layout, divider_output_layout
-from sim.amaranth_sim import run_simulation
+from sim.amaranth_sim import run_stream_unit
 from sim.scoreboard import assert_equal
-from sim.streams import Pattern, get_all, pack, put_all, unpack
+from sim.streams import pack, unpack
 
 
 def expected_quotient(dividend, divisor, quotient_bits):
@@ -21,18 +21,9 @@ def run_divider(dut, operands, stall_in=0.0, stall_out=0.0, seed=0, name="divide
     i_layout = divider_input_layout(dut.dividend_bits, dut.divisor_bits, dut.tag_bits)
     o_layout = divider_output_layout(dut.quotient_bits, dut.tag_bits)
     payloads = [pack(i_layout, {"dividend": n, "divisor": d, "tag": t}) for n, d, t in operands]
-    got = []
-
-    def benches():
-        async def producer(ctx):
-            await put_all(ctx, dut.i_stream, payloads, Pattern(stall_in, seed + 1))
-
-        async def consumer(ctx):
-            got.extend(await get_all(ctx, dut.o_stream, len(payloads),
-                                     Pattern(stall_out, seed + 2)))
-        return [producer, consumer]
-
-    run_simulation(dut, benches, name, deadline_cycles=40 * len(payloads) + 200)
+    got = run_stream_unit(dut, payloads, len(payloads), name, stall_in=stall_in,
+                          stall_out=stall_out, seed=seed,
+                          deadline_cycles=40 * len(payloads) + 200)
     out = [unpack(o_layout, p) for p in got]
     return [o["quotient"] for o in out], [o["tag"] for o in out]
 

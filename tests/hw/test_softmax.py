@@ -7,10 +7,10 @@ import pytest
 import attn
 from golden.softmax import softmax_int
 from hw.softmax import Softmax, softmax_input_layout, softmax_output_layout
-from sim.amaranth_sim import run_simulation
+from sim.amaranth_sim import run_stream_unit
 from sim.cocotb_runner import BUILD, run_cocotb, simulator_missing, write_verilog
 from sim.scoreboard import assert_equal
-from sim.streams import Pattern, get_all, pack, put_all, unpack
+from sim.streams import pack, unpack
 
 
 def adversarial_rows(cfg, rng):
@@ -100,20 +100,10 @@ def check_output(cfg, rows, got):
 def run_softmax(cfg, rows, stall_in=0.0, stall_out=0.0, seed=0, name="softmax", **params):
     dut = Softmax(cfg=cfg, **params)
     payloads = input_payloads(cfg, rows)
-    got = []
-
-    def benches():
-        async def producer(ctx):
-            await put_all(ctx, dut.i_stream, payloads, Pattern(stall_in, seed + 1))
-
-        async def consumer(ctx):
-            got.extend(await get_all(ctx, dut.o_stream, len(payloads),
-                                     Pattern(stall_out, seed + 2)))
-        return [producer, consumer]
-
     slack = 1 / (1 - max(stall_in, stall_out))
-    run_simulation(dut, benches, name,
-                   deadline_cycles=int(4 * slack * len(payloads)) + 40 * len(rows) + 500)
+    got = run_stream_unit(dut, payloads, len(payloads), name, stall_in=stall_in,
+                          stall_out=stall_out, seed=seed,
+                          deadline_cycles=int(4 * slack * len(payloads)) + 40 * len(rows) + 500)
     check_output(cfg, rows, got)
 
 
