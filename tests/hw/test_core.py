@@ -53,6 +53,29 @@ def test_core_amaranth(name, seq_len, d_model, heads, causal, valid_len, stall):
         // cfg.pes
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(12))
+def test_core_random_shapes(seed):
+    """Nightly size: random L, D, H, masks and stalls on the default preset's widths with
+    a small array."""
+    rng = np.random.default_rng(seed)
+    cfg = preset("default").replace(max_seq_len=12, max_d_model=24, max_heads=4,
+                                    rows=int(rng.choice([1, 2, 4])),
+                                    cols=int(rng.choice([1, 2, 4])))
+    heads = int(rng.integers(1, 5))
+    d_model = heads * int(rng.integers(1, 24 // heads + 1))
+    seq_len = int(rng.integers(1, 13))
+    causal = bool(rng.integers(2))
+    valid_len = int(rng.integers(0, seq_len + 1)) if rng.random() < 0.3 else None
+    qm, xi, expected = layer(cfg, seq_len, d_model, heads, seed=seed, causal=causal,
+                             valid_len=valid_len)
+    run = simulate_core(cfg, qm, xi, causal=causal, valid_len=valid_len,
+                        stall=float(rng.choice([0.0, 0.3, 0.7])), seed=seed,
+                        name=f"core_random_{seed}")
+    assert_equal(f"core output y ({seq_len}x{d_model}x{heads}, {cfg.rows}x{cfg.cols})",
+                 expected.y, run.y)
+
+
 def test_core_back_to_back_runs():
     cfg = preset("tiny")
     qm, xi, expected = layer(cfg, 6, 8, 2, seed=3, causal=True)
