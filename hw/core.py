@@ -72,6 +72,9 @@ class AttentionCore(wiring.Component):
     cfg : AttnConfig
         Every width, the maximum shape and the array size. ``rows`` and ``cols`` must be
         powers of two.
+    softmax_units : int or None
+        Softmax units working on the rows of a block in parallel (a power of two dividing
+        ``rows``); by default enough for the array (1 up to 32 PEs, then one per 32).
 
     Members
     -------
@@ -90,7 +93,7 @@ class AttentionCore(wiring.Component):
         ``o_stream.ready``; cycles the array waited for the softmax.
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, *, softmax_units: int | None = None):
         for name in ("rows", "cols"):
             value = getattr(cfg, name)
             if value & (value - 1):
@@ -98,6 +101,16 @@ class AttentionCore(wiring.Component):
                 raise ValueError(f"{name} must be a power of two for the attention core, "
                                  f"not {value}")
         self.cfg = cfg
+        if softmax_units is None:
+            # one softmax element per cycle keeps up with an array of R x C PEs while the
+            # R x C / (2 d) ratio stays at 1; 16 is the smallest head size the figures use
+            softmax_units = min(cfg.rows, _pow2(_ceil_div(cfg.rows * cfg.cols, 32)))
+        if (not isinstance(softmax_units, int) or softmax_units < 1
+                or cfg.rows % softmax_units or softmax_units & (softmax_units - 1)):
+            self._MustUse__silence = True
+            raise ValueError(f"softmax_units must be a power of two dividing rows "
+                             f"({cfg.rows}), not {softmax_units!r}")
+        self.softmax_units = softmax_units
         out_layout = data.StructLayout({"y": lanes_layout(cfg, cfg.y_bits), "last": 1})
         super().__init__({
             "start": In(stream.Signature(run_args_layout(cfg))),
@@ -163,10 +176,15 @@ class AttentionCore(wiring.Component):
         rblk_bits = _log2(_ceil_div(lmax, R))
         cblk_bits = _log2(_ceil_div(lmax, C))
         tok_bits = _log2(lmax)
-        slot_rows = _pow2(R)
 
         m.submodules.array = array = SystolicArray.from_config(cfg)
-        m.submodules.softmax = softmax = Softmax(cfg=cfg)
+        U = self.softmax_units
+        RU = R // U                          # rows of a block per softmax unit
+        lru = _log2(RU)
+        softmaxes = []
+        for u in range(U):
+            softmaxes.append(Softmax(cfg=cfg))
+            m.submodules[f"softmax_{u}"] = softmaxes[u]
         # Requantizers in lockstep, each on C / units lanes of every result row; the results
         # are clamped afterwards to the width of the row's stage (clamping to a wider range
         # first changes nothing).
@@ -206,8 +224,9 @@ class AttentionCore(wiring.Component):
         def at(block, word):
             """Address of ``word`` of token (or token block) ``block``."""
             return block * stride + word
-        s_mem = mem("scores", data.ArrayLayout(signed(cfg.score_bits), C),
-                    2 * slot_rows << cblk_bits)
+        # scores: unit u reads rows u*RU .. u*RU + RU - 1 of a block from its own memory
+        s_mem = [mem(f"scores_{u}", data.ArrayLayout(signed(cfg.score_bits), C),
+                     2 * _pow2(RU) << cblk_bits) for u in range(U)]
         p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), 2 << tok_bits, small=True)
                  for r in range(R)]
         w_mem = mem("weights", lanes_layout(cfg, cfg.w_bits), _pow2(dmax))
@@ -381,7 +400,9 @@ class AttentionCore(wiring.Component):
                                       Signal(wpt_bits + 1), Signal(16))
         s_end, pv_end = Signal(), Signal()
         s_drained = Signal(16)      # S ops fully written to the score memory
-        sm_done = Signal(16)        # softmax blocks fully written to the P memory
+        blocks_done = [Signal(16, name=f"sm_done_{u}") for u in range(U)]
+        sm_ready = Signal()         # every unit has written the probabilities of PV(pv_n)
+        m.d.comb += sm_ready.eq(Cat(done > pv_n for done in blocks_done).all())
         # output loop
         ot_cb = Signal(range(dmax + 1))
         ot_h, ot_j, ot_base = Signal(range(hmax)), Signal(range(dmax + 1)), Signal(wpt_bits + 1)
@@ -421,7 +442,7 @@ class AttentionCore(wiring.Component):
                     m.d.sync += [cur_op.eq(_S), blk.eq(0), rem_cols.eq(L),
                                  rem_rows.eq(L - (s_rb << lr))]
                     start_tile(s_base)
-                with m.Elif(~pv_end & (sm_done > pv_n)):
+                with m.Elif(~pv_end & sm_ready):
                     m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
                                  rem_rows.eq(L - (pv_rb << lr))]
                     start_tile(pv_base)
@@ -752,95 +773,100 @@ class AttentionCore(wiring.Component):
                      port.data.eq(lanes_of(cfg.qkv_bits)),
                      port.en.eq(Mux(wr & (ctrl.op == _PROJ) & (ctrl.target == 2),
                                     ctrl.cols, 0))]
-        s_wr = s_mem.write_port()
-        m.d.comb += [s_wr.addr.eq(Cat(ctrl.blk[:cblk_bits], ctrl.row[:lr], ctrl.slot)),
-                     s_wr.data.eq(lanes_of(cfg.score_bits)),
-                     s_wr.en.eq(retire & (ctrl.op == _S))]
+        for u in range(U):
+            s_wr = s_mem[u].write_port()
+            m.d.comb += [s_wr.addr.eq(Cat(ctrl.blk[:cblk_bits], ctrl.row[:lru], ctrl.slot)),
+                         s_wr.data.eq(lanes_of(cfg.score_bits)),
+                         s_wr.en.eq(retire & (ctrl.op == _S)
+                                    & ((ctrl.row[lru:lr] == u) if U > 1 else 1))]
         with m.If(retire & (ctrl.op == _S) & ctrl.op_end):
             m.d.sync += s_drained.eq(s_drained + 1)
 
         # ---- softmax: score rows in, probability rows out -------------------------------
-        def walk_rows(row_end, j, row, rows, h, rb, on_block_end):
-            """Step (j, row, head, row block) through the score rows of the attention blocks
-            in order: j over a row, rows of a block, heads, row blocks."""
-            with m.If(row_end):
-                m.d.sync += j.eq(0)
-                with m.If(row + 1 == rows):
-                    m.d.sync += [row.eq(0), *on_block_end]
-                    with m.If(h + 1 == H):
-                        m.d.sync += [h.eq(0), rb.eq(rb + 1)]
-                    with m.Else():
-                        m.d.sync += h.eq(h + 1)
-                with m.Else():
-                    m.d.sync += row.eq(row + 1)
+        # A block starts when its scores are written and every unit is idle; each unit then
+        # streams its RU rows (all of them, also rows past L, whose probabilities PV ignores)
+        # and writes the probabilities to the P banks of those rows.
+        sm_n = Signal(16)                     # blocks started
+        sm_rb, sm_h = Signal(range(lmax + 1)), Signal(range(hmax))
+        blk_rb = Signal(range(lmax + 1))      # row block and slot of the block in flight
+        blk_slot = Signal()
+        busy = [Signal(name=f"sm_busy_{u}") for u in range(U)]
+        idle = Signal()
+        m.d.comb += idle.eq(~Cat(*busy).any())
+        block_start = Signal()
+        m.d.comb += block_start.eq(running & idle & phase_att & (s_drained > sm_n))
+        with m.If(~running):
+            m.d.sync += [sm_n.eq(0), sm_rb.eq(0), sm_h.eq(0), s_drained.eq(0)]
+        with m.Elif(block_start):
+            m.d.sync += [blk_rb.eq(sm_rb), blk_slot.eq(sm_n[0]), sm_n.eq(sm_n + 1)]
+            with m.If(sm_h + 1 == H):
+                m.d.sync += [sm_h.eq(0), sm_rb.eq(sm_rb + 1)]
             with m.Else():
-                m.d.sync += j.eq(j + 1)
+                m.d.sync += sm_h.eq(sm_h + 1)
 
-        sm_n = Signal(16)                     # blocks fed so far
-        sm_rb, sm_row = Signal(range(lmax + 1)), Signal(range(R))
-        sm_h = Signal(range(hmax))
-        sm_j = Signal(range(lmax + 1))
-        sm_busy = Signal()
-        sm_f1 = Signal()                      # read issued, data next cycle
-        sm_f1_info = Signal(data.StructLayout({"lane": unsigned(max(1, lc)), "mask": 1,
-                                               "last": 1}))
-        sm_adv = Signal()
-        m.d.comb += sm_adv.eq(~sm_f1 | softmax.i_stream.ready)
-        sm_rows = Signal(range(R + 1))        # valid rows of the block being fed
-        sm_rem = Signal(range(lmax + 1))
-        m.d.comb += sm_rem.eq(L - (sm_rb << lr))
-        m.d.comb += sm_rows.eq(Mux(sm_rem > R, R, sm_rem))
-        sm_issue = Signal()
-        m.d.comb += sm_issue.eq(sm_adv & sm_busy)
-        s_rd = s_mem.read_port()
-        m.d.comb += [s_rd.addr.eq(Cat(sm_j[lc:][:cblk_bits] if lc else sm_j[:cblk_bits],
-                                      sm_row, sm_n[0])),
-                     s_rd.en.eq(sm_adv)]
-        query = Signal(range(lmax + R))
-        m.d.comb += query.eq((sm_rb << lr) | sm_row)
-        masked = Signal()
-        m.d.comb += masked.eq((args.causal & (sm_j > query)) | (sm_j >= args.valid_len))
-        with m.If(~running):
-            m.d.sync += [sm_n.eq(0), sm_rb.eq(0), sm_h.eq(0), sm_row.eq(0), sm_j.eq(0),
-                         sm_busy.eq(0)]
-        with m.Elif(~sm_busy & phase_att & (s_drained > sm_n)):
-            m.d.sync += [sm_busy.eq(1), sm_row.eq(0), sm_j.eq(0)]
-        with m.If(sm_adv):
-            m.d.sync += sm_f1.eq(sm_issue)
-        with m.If(sm_issue):
-            m.d.sync += [sm_f1_info.lane.eq(sm_j[:lc] if lc else 0),
-                         sm_f1_info.mask.eq(masked), sm_f1_info.last.eq(sm_j + 1 == L)]
-            walk_rows(sm_j + 1 == L, sm_j, sm_row, sm_rows, sm_h, sm_rb,
-                      [sm_busy.eq(0), sm_n.eq(sm_n + 1)])
-        sm_in = softmax.i_stream.payload
-        m.d.comb += [softmax.i_stream.valid.eq(sm_f1),
-                     sm_in.score.eq(s_rd.data[sm_f1_info.lane]),
-                     sm_in.last.eq(sm_f1_info.last)]
-        if cfg.masks:
-            m.d.comb += sm_in.mask.eq(sm_f1_info.mask)
+        sm_beats = Signal(range(U + 1))       # softmax input beats this cycle (counter)
+        beats = []
+        for u, softmax in enumerate(softmaxes):
+            j, row = Signal(range(lmax + 1), name=f"sm_j_{u}"), Signal(range(RU),
+                                                                    name=f"sm_row_{u}")
+            f1 = Signal(name=f"sm_f1_{u}")   # read issued, data next cycle
+            info = Signal(data.StructLayout({"lane": unsigned(max(1, lc)), "mask": 1,
+                                             "last": 1}), name=f"sm_info_{u}")
+            sm_adv = Signal(name=f"sm_adv_{u}")
+            m.d.comb += sm_adv.eq(~f1 | softmax.i_stream.ready)
+            issue_sm = Signal(name=f"sm_issue_{u}")
+            m.d.comb += issue_sm.eq(sm_adv & busy[u])
+            s_rd = s_mem[u].read_port()
+            m.d.comb += [s_rd.addr.eq(Cat(j[lc:][:cblk_bits], row, blk_slot)),
+                         s_rd.en.eq(sm_adv)]
+            query = Signal(range(lmax + R), name=f"sm_query_{u}")
+            m.d.comb += query.eq((blk_rb << lr) | (u * RU) | row)
+            masked = Signal(name=f"sm_masked_{u}")
+            m.d.comb += masked.eq((args.causal & (j > query)) | (j >= args.valid_len))
+            with m.If(~running):
+                m.d.sync += [busy[u].eq(0), j.eq(0), row.eq(0)]
+            with m.Elif(block_start):
+                m.d.sync += busy[u].eq(1)
+            with m.If(sm_adv):
+                m.d.sync += f1.eq(issue_sm)
+            with m.If(issue_sm):
+                m.d.sync += [info.lane.eq(j[:lc] if lc else 0), info.mask.eq(masked),
+                             info.last.eq(j + 1 == L)]
+                with m.If(j + 1 == L):
+                    m.d.sync += [j.eq(0), row.eq(row + 1)]
+                    with m.If(row == RU - 1):
+                        m.d.sync += [row.eq(0), busy[u].eq(0)]
+                with m.Else():
+                    m.d.sync += j.eq(j + 1)
+            sm_in = softmax.i_stream.payload
+            m.d.comb += [softmax.i_stream.valid.eq(f1),
+                         sm_in.score.eq(s_rd.data[info.lane]),
+                         sm_in.last.eq(info.last)]
+            if cfg.masks:
+                m.d.comb += sm_in.mask.eq(info.mask)
+            beats.append(softmax.i_stream.valid & softmax.i_stream.ready)
 
-        # probabilities -> P memory (slot of the block), counting finished blocks
-        po_n, po_rb = Signal(16), Signal(range(lmax + 1))
-        po_h, po_row = Signal(range(hmax)), Signal(range(R))
-        po_j = Signal(range(lmax + 1))
-        po_rows = Signal(range(R + 1))
-        po_rem = Signal(range(lmax + 1))
-        m.d.comb += po_rem.eq(L - (po_rb << lr))
-        m.d.comb += po_rows.eq(Mux(po_rem > R, R, po_rem))
-        m.d.comb += softmax.o_stream.ready.eq(1)
-        took_p = Signal()
-        m.d.comb += took_p.eq(softmax.o_stream.valid)
-        for r in range(R):
-            port = p_mem[r].write_port()
-            m.d.comb += [port.addr.eq(Cat(po_j[:tok_bits], po_n[0])),
-                         port.data.eq(softmax.o_stream.payload.prob),
-                         port.en.eq(took_p & (po_row == r))]
-        with m.If(~running):
-            m.d.sync += [po_n.eq(0), po_rb.eq(0), po_h.eq(0), po_row.eq(0), po_j.eq(0),
-                         sm_done.eq(0), s_drained.eq(0)]
-        with m.Elif(took_p):
-            walk_rows(softmax.o_stream.payload.last, po_j, po_row, po_rows, po_h, po_rb,
-                      [po_n.eq(po_n + 1), sm_done.eq(sm_done + 1)])
+            # probabilities -> the P banks of this unit's rows, counting finished blocks
+            po_j = Signal(range(lmax + 1), name=f"po_j_{u}")
+            po_row = Signal(range(RU), name=f"po_row_{u}")
+            done = blocks_done[u]
+            m.d.comb += softmax.o_stream.ready.eq(1)
+            took_p = softmax.o_stream.valid
+            for i in range(RU):
+                port = p_mem[u * RU + i].write_port()
+                m.d.comb += [port.addr.eq(Cat(po_j[:tok_bits], done[0])),
+                             port.data.eq(softmax.o_stream.payload.prob),
+                             port.en.eq(took_p & (po_row == i))]
+            with m.If(~running):
+                m.d.sync += [po_j.eq(0), po_row.eq(0), done.eq(0)]
+            with m.Elif(took_p):
+                with m.If(softmax.o_stream.payload.last):
+                    m.d.sync += [po_j.eq(0), po_row.eq(po_row + 1)]
+                    with m.If(po_row == RU - 1):
+                        m.d.sync += [po_row.eq(0), done.eq(done + 1)]
+                with m.Else():
+                    m.d.sync += po_j.eq(po_j + 1)
+        m.d.comb += sm_beats.eq(sum(beats))
 
         # ---- output end and counters ----------------------------------------------------
         m.d.comb += out_done.eq(self.o_stream.valid & self.o_stream.ready
@@ -855,13 +881,12 @@ class AttentionCore(wiring.Component):
                 m.d.sync += counters[1].eq(counters[1] + 1)
             with m.If((phase_proj | phase_att | phase_out) & ~array.i_stream.valid):
                 m.d.sync += counters[2].eq(counters[2] + 1)
-            with m.If(softmax.i_stream.valid & softmax.i_stream.ready):
-                m.d.sync += counters[3].eq(counters[3] + 1)
+            m.d.sync += counters[3].eq(counters[3] + sm_beats)
             with m.If(want_w & ~self.w_stream.valid & adv):
                 m.d.sync += counters[4].eq(counters[4] + 1)
             with m.If(self.o_stream.valid & ~self.o_stream.ready):
                 m.d.sync += counters[5].eq(counters[5] + 1)
             with m.If(phase_att & (cur_op == 7) & (s_end | (s_n > pv_n + 1)) & ~pv_end
-                      & (sm_done <= pv_n)):
+                      & ~sm_ready):
                 m.d.sync += counters[6].eq(counters[6] + 1)
         return m

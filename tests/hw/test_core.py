@@ -76,6 +76,27 @@ def test_core_random_shapes(seed):
                  expected.y, run.y)
 
 
+@pytest.mark.parametrize("units,shape,causal,valid_len", [
+    (2, (7, 12, 2), True, None),
+    (4, (12, 24, 3), False, 5),
+    (4, (3, 8, 1), True, None),
+])
+def test_core_parallel_softmax_units(units, shape, causal, valid_len):
+    cfg = preset("default").replace(max_seq_len=12, max_d_model=24, max_heads=4, rows=4,
+                                    cols=2)
+    qm, xi, expected = layer(cfg, *shape, seed=units, causal=causal, valid_len=valid_len)
+    run = simulate_core(cfg, qm, xi, causal=causal, valid_len=valid_len, stall=0.3,
+                        core=AttentionCore(cfg, softmax_units=units),
+                        name=f"core_units_{units}_{shape[0]}")
+    assert_equal(f"core output y with {units} softmax units", expected.y, run.y)
+
+
+def test_core_rejects_bad_softmax_units():
+    with pytest.raises(ValueError, match=r"softmax_units must be a power of two dividing rows "
+                                         r"\(2\), not 3"):
+        AttentionCore(preset("tiny"), softmax_units=3)
+
+
 def test_core_back_to_back_runs():
     cfg = preset("tiny")
     qm, xi, expected = layer(cfg, 6, 8, 2, seed=3, causal=True)
