@@ -1,6 +1,6 @@
-"""Backends that execute a quantized layer: the golden model now, the simulated and real
-hardware as they land. Each takes the configuration, the quantized model, the integer input
-and the mask, and returns a :class:`Result`."""
+"""Backends that execute a quantized layer: the golden model, the core in three simulators, the
+whole device co-simulated through its UART, and a flashed board. Each takes the configuration,
+the quantized model, the integer input and the mask, and returns a :class:`Result`."""
 
 from __future__ import annotations
 
@@ -74,15 +74,50 @@ def _hdl(sim):
     return run
 
 
+def _link(open_device):
+    def run(cfg, model, x_int, mask, progress=None, **options) -> Result:
+        from golden import attention_int
+
+        from .remote import run_on_device
+
+        causal, valid_len = _causal_and_padding(mask, x_int.shape[0])
+        with open_device(cfg, **options) as device:
+            run = run_on_device(device, cfg, model, x_int, causal=causal,
+                                valid_len=valid_len, progress=progress)
+        probs = attention_int(cfg, model, x_int, mask).probs
+        return Result(y_int=run.y, probs=probs, cycles=run.cycles)
+    return run
+
+
+def _open_cosim(cfg, **options):
+    from .remote import open_cosim
+    return open_cosim(cfg)
+
+
+def _open_board(cfg, *, port=None, baud=None, **options):
+    from .remote import BOARD_BAUD, open_board
+    if not port:
+        raise ValueError("backend 'board' needs the board's serial port (--port, e.g. "
+                         "/dev/ttyUSB1)")
+    return open_board(port, cfg, baud=baud or BOARD_BAUD)
+
+
 BACKENDS = {"golden": _golden, "amaranth": _amaranth, "icarus": _hdl("icarus"),
-            "verilator": _hdl("verilator")}
+            "verilator": _hdl("verilator"), "cosim": _link(_open_cosim),
+            "board": _link(_open_board)}
 
 
-def run_backend(name: str, cfg, model, x_int, mask, progress=None) -> Result:
-    """Run ``model`` on backend ``name``; unknown names raise :class:`ValueError`."""
+def run_backend(name: str, cfg, model, x_int, mask, progress=None, **options) -> Result:
+    """Run ``model`` on backend ``name``; unknown names raise :class:`ValueError`.
+
+    ``cosim`` runs the whole device (UART, host link, core) in the Amaranth simulator through
+    the host driver; ``board`` talks to a flashed board and takes ``port=`` (and ``baud=``).
+    """
     try:
         backend = BACKENDS[name]
     except KeyError:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}") \
             from None
+    if name in ("cosim", "board"):
+        return backend(cfg, model, x_int, mask, progress=progress, **options)
     return backend(cfg, model, x_int, mask, progress=progress)

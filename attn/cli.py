@@ -18,6 +18,14 @@ __all__ = ["main"]
 
 
 def _config_for(args, seq_len, d_model, heads):
+    if args.backend == "board" and not args.port:
+        raise InputError("--backend board needs the board's serial port: --port PORT "
+                         "(e.g. /dev/ttyUSB1)")
+    if args.preset is None and args.backend == "board":
+        from .remote import board_config
+        cfg = board_config(args.port, baud=args.baud)       # the bitstream's configuration
+        cfg.check_shape(seq_len, d_model, heads)
+        return cfg
     if args.preset is None:
         return preset("default").fitted(seq_len, d_model, heads)
     cfg = preset(args.preset)
@@ -42,8 +50,9 @@ def cmd_run(args) -> int:
             print(f"\rattn run: {done:,} cycles simulated (ideal run: {ideal:,})", end="",
                   file=sys.stderr, flush=True)
 
+    options = {"port": args.port, "baud": args.baud} if args.backend == "board" else {}
     result = run_backend(args.backend, cfg, model, x_int, mask,
-                         progress=None if args.quiet else progress)
+                         progress=None if args.quiet else progress, **options)
     if args.backend == "amaranth" and not args.quiet:
         print(file=sys.stderr)
     seconds = time.perf_counter() - start
@@ -122,6 +131,15 @@ def cmd_presets(args) -> int:
     return 0
 
 
+def _board_arguments(parser) -> None:
+    """--port and --baud of the backends that talk to a board."""
+    from .remote import BOARD_BAUD
+    parser.add_argument("--port", default=None, metavar="PORT",
+                        help="serial port of the board for --backend board (e.g. /dev/ttyUSB1)")
+    parser.add_argument("--baud", type=int, default=BOARD_BAUD,
+                        help=f"baud rate of the board's UART (default {BOARD_BAUD})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attn", description="FPGA accelerator for transformer self-attention.")
@@ -145,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--heads", type=int, default=None,
                      help="number of heads (overrides num_heads in the model file)")
     run.add_argument("--quiet", action="store_true", help="no progress output")
+    _board_arguments(run)
     run.set_defaults(func=cmd_run)
 
     verilog = sub.add_parser("verilog", help="write synthesizable Verilog of the core",
@@ -171,6 +190,9 @@ def main(argv=None) -> int:
     except (InputError, ValueError, TypeError) as exc:
         print(f"attn {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:                 # serial ports, the host link, tools
+        print(f"attn {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

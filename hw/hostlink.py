@@ -55,7 +55,7 @@ from attn.protocol import (
 from .crc import crc16_next
 from .uart import rx_layout
 
-__all__ = ["HostLink", "region_signature", "connect_uart"]
+__all__ = ["HostLink", "region_signature", "connect_uart", "host_ports", "connect_host"]
 
 
 def _addr_bits(depth: int) -> int:
@@ -615,3 +615,24 @@ def connect_uart(m, uart, link) -> None:
     wiring.connect(m, uart.o_stream, link.i_stream)
     wiring.connect(m, link.o_stream, uart.i_stream)
 
+
+
+def host_ports(divisor: int | None) -> dict:
+    """Ports of a device top on the host side: the UART pins ``rx``/``tx`` with a ``divisor``,
+    the link's byte streams ``i_stream``/``o_stream`` without one."""
+    from .uart import rx_layout
+    if divisor is None:
+        return {"i_stream": In(stream.Signature(rx_layout)), "o_stream": Out(stream.Signature(8))}
+    return {"rx": In(1, init=1), "tx": Out(1, init=1)}
+
+
+def connect_host(m, top, link, divisor: int | None) -> None:
+    """Connect ``top``'s :func:`host_ports` to ``link`` (through a UART with a divisor)."""
+    if divisor is None:
+        wiring.connect(m, wiring.flipped(top.i_stream), link.i_stream)
+        wiring.connect(m, link.o_stream, wiring.flipped(top.o_stream))
+        return
+    from .uart import UART
+    m.submodules.uart = uart = UART(divisor=divisor)
+    connect_uart(m, uart, link)
+    m.d.comb += [uart.rx.eq(top.rx), top.tx.eq(uart.tx)]

@@ -65,6 +65,29 @@ def test_amaranth_backend_equals_golden(tmp_path, capsys):
         assert int(h["cycles"]) > 0
 
 
+def test_cosim_backend_equals_golden(tmp_path, capsys):
+    """The whole device, UART included, through the host driver."""
+    write_model(tmp_path / "m.npz", d_model=8, heads=2)
+    write_input(tmp_path / "i.npz", seq_len=3, d_model=8, key_padding_mask=np.array(
+        [False, False, True]))
+    assert run(tmp_path, "--preset", "tiny", "--quiet", out="golden.npz") == 0
+    assert run(tmp_path, "--preset", "tiny", "--backend", "cosim", out="hw.npz") == 0
+    captured = capsys.readouterr()
+    assert "writing" in captured.err and "cycles" in captured.out
+    with np.load(tmp_path / "golden.npz") as g, np.load(tmp_path / "hw.npz") as h:
+        assert np.array_equal(g["y_int"], h["y_int"])
+
+
+def test_board_backend_needs_a_port(tmp_path, capsys):
+    write_model(tmp_path / "m.npz", d_model=8, heads=2)
+    write_input(tmp_path / "i.npz", seq_len=3, d_model=8)
+    assert run(tmp_path, "--backend", "board") == 2
+    assert "--port" in capsys.readouterr().err
+    assert run(tmp_path, "--backend", "board", "--port", str(tmp_path / "ttyNONE")) == 1
+    assert "cannot open serial port" in capsys.readouterr().err
+    assert not (tmp_path / "o.npz").exists()
+
+
 def test_hardware_backends_refuse_other_masks(tmp_path, capsys):
     write_model(tmp_path / "m.npz", d_model=8, heads=2)
     mask = np.zeros((4, 4), bool)

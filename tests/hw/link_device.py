@@ -10,13 +10,12 @@ bytes: the fuzz tests compare the gateware with it.
 from __future__ import annotations
 
 from amaranth import Module, ResetInserter, Signal, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 import attn
 from attn import protocol as P
-from hw.hostlink import HostLink, connect_uart, region_signature
-from hw.uart import UART, rx_layout
+from hw.hostlink import HostLink, connect_host, host_ports, region_signature
 
 REGIONS = (P.Region("input", 12, 16, writable=True, readable=True),
            P.Region("output", 13, 16, writable=False, readable=True),
@@ -94,24 +93,14 @@ class LinkDevice(wiring.Component):
                              counters=COUNTERS, timeout_cycles=timeout_cycles,
                              max_payload=max_payload)
         self.core = AddCore(slow=slow)
-        if divisor is None:
-            ports = {"i_stream": In(stream.Signature(rx_layout)),
-                     "o_stream": Out(stream.Signature(8))}
-        else:
-            ports = {"rx": In(1, init=1), "tx": Out(1, init=1)}
+        ports = host_ports(divisor)
         super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.link = link = self.link
         m.submodules.core = core = ResetInserter(link.core_reset)(self.core)
-        if self.divisor is None:
-            wiring.connect(m, wiring.flipped(self.i_stream), link.i_stream)
-            wiring.connect(m, link.o_stream, wiring.flipped(self.o_stream))
-        else:
-            m.submodules.uart = uart = UART(divisor=self.divisor)
-            connect_uart(m, uart, link)
-            m.d.comb += [uart.rx.eq(self.rx), self.tx.eq(uart.tx)]
+        connect_host(m, self, link, self.divisor)
         m.d.comb += [core.start.eq(link.start),
                      core.args.eq(link.run_args), link.busy.eq(core.busy),
                      link.done.eq(core.done), link.status.eq(core.status),

@@ -1,0 +1,124 @@
+"""Run a layer on an accelerator behind the host link: a flashed board or a co-simulated one.
+
+Both go through the same :class:`attn.host.Device` driver and exchange the same bytes; only
+the transport differs (:class:`attn.transport.SerialTransport` for a board,
+:class:`attn.transport.SimTransport` around :class:`hw.device.AttentionDevice` for the
+co-simulation, UART included)::
+
+    with open_cosim(cfg) as device:            # or open_board("/dev/ttyUSB1", cfg)
+        run = run_on_device(device, cfg, model, x_int)
+    run.y, run.cycles, run.counters
+
+A run writes the constants, the input and the weights into the device's regions
+(:class:`hw.device.DeviceMap`), starts the core, waits for it and reads the output back.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from amaranth.lib import data
+
+from .host import Device
+
+__all__ = ["RemoteRun", "run_on_device", "open_cosim", "open_board", "board_config",
+           "COSIM_DIVISOR", "BOARD_BAUD"]
+
+#: UART clocks per bit of the co-simulated device (the fastest the UART allows).
+COSIM_DIVISOR = 4
+#: Default baud rate of the board builds.
+BOARD_BAUD = 1_000_000
+
+
+@dataclass
+class RemoteRun:
+    """What one run on a device gave: output integers, counters and where the time went."""
+
+    y: np.ndarray
+    cycles: int
+    counters: dict
+    seconds: dict = field(default_factory=dict)
+
+
+def _pack(layout, value) -> int:
+    return data.Layout.cast(layout).const(value).as_value().value
+
+
+def run_on_device(device: Device, cfg, model, x_int, *, causal: bool = False,
+                  valid_len: int | None = None, timeout: float | None = None,
+                  progress=None) -> RemoteRun:
+    """Run ``model`` on ``x_int`` on ``device`` (whose configuration must be ``cfg``).
+
+    ``progress`` (optional) receives one line per step. Raises :class:`attn.host.LinkError`
+    subclasses on link problems and :class:`ValueError` for a shape the configuration cannot
+    hold.
+    """
+    from hw.core import COUNTERS
+    from hw.core_io import collect_output, core_streams, lanes_layout, param_layout
+    from hw.device import DeviceMap
+
+    say = progress or (lambda line: None)
+    device.check_config(cfg)
+    dmap = DeviceMap(cfg)
+    x_int = np.asarray(x_int, dtype=np.int64)
+    streams = core_streams(cfg, model, x_int, causal=causal, valid_len=valid_len)
+    layouts = {"params": param_layout(cfg), "x": lanes_layout(cfg, cfg.x_bits),
+               "w": lanes_layout(cfg, cfg.w_bits)}
+    sources = {"params": streams["p"], "x": streams["x"], "w": streams["w"]}
+    seconds = {}
+    start = time.monotonic()
+    for name in ("params", "x", "w"):
+        words = dmap.beat_words(name, [_pack(layouts[name], b) for b in sources[name]])
+        say(f"writing {len(words)} words to region {name!r}")
+        device.write(name, words)
+    seconds["load"] = time.monotonic() - start
+
+    start = time.monotonic()
+    say("running")
+    device.run(_pack(dmap.run_layout, streams["args"]), timeout=timeout)
+    seconds["run"] = time.monotonic() - start
+
+    start = time.monotonic()
+    shape = streams["shape"]
+    spec = dmap.streams["y"]
+    count = shape.wpd * shape.seq_len * spec.words_per_beat
+    say(f"reading {count} words of region 'y'")
+    beats = dmap.word_beats("y", device.read("y", count))
+    bits, half = cfg.y_bits, 1 << (cfg.y_bits - 1)
+    lanes = [[(((b >> (c * bits)) + half) & ((1 << bits) - 1)) - half for c in range(cfg.cols)]
+             for b in beats]
+    y = collect_output(cfg, lanes, shape.seq_len, shape.d_model)
+    counters = dict(zip(COUNTERS, device.counters(), strict=True))
+    seconds["read"] = time.monotonic() - start
+    return RemoteRun(y=y, cycles=counters["cycles"], counters=counters, seconds=seconds)
+
+
+def open_cosim(cfg, *, divisor: int = COSIM_DIVISOR, vcd=None) -> Device:
+    """A :class:`Device` on :class:`hw.device.AttentionDevice` in the Amaranth simulator,
+    reached bit by bit through its UART pins."""
+    from hw.device import AttentionDevice
+
+    from .transport import SimTransport
+
+    # the parser timeout must outlast the simulated host's gaps (none) and one byte time
+    top = AttentionDevice(cfg, divisor=divisor, timeout_cycles=40 * 10 * divisor)
+    transport = SimTransport(top, divisor=divisor, vcd=vcd)
+    return Device(transport, config=cfg)
+
+
+def open_board(port: str, cfg, *, baud: int = BOARD_BAUD, timeout: float = 2.0) -> Device:
+    """A :class:`Device` on a flashed board at serial ``port``."""
+    from .transport import SerialTransport
+
+    return Device(SerialTransport(port, baud, timeout=timeout), config=cfg,
+                  poll_interval=0.01)
+
+
+def board_config(port: str, *, baud: int = BOARD_BAUD, timeout: float = 2.0):
+    """The configuration of the bitstream on the board at ``port`` (from IDENTIFY)."""
+    from .transport import SerialTransport
+
+    with Device(SerialTransport(port, baud, timeout=timeout)) as device:
+        return device.info.config

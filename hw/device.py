@@ -1,0 +1,327 @@
+"""The whole accelerator behind its host link: UART, :class:`~hw.hostlink.HostLink`, the
+attention core, and the bridge between the link's memory regions and the core's streams.
+
+The host loads a run into four regions and starts it with RUN (arguments: the core's
+:func:`~hw.core_io.run_args_layout`):
+
+========  ===========  =====================================================================
+region    host access  contents
+========  ===========  =====================================================================
+params    write/read   the ``p_stream`` beats of :func:`hw.core_io.core_streams`
+x         write/read   the ``x_stream`` beats (the layer input)
+w         write/read   the ``w_stream`` beats (all weights of the layer: they stay resident)
+y         read         the ``o_stream`` beats (the layer output), written by the run
+========  ===========  =====================================================================
+
+A beat wider than :data:`attn.protocol.MAX_WORD_BITS` spans ``words_per_beat`` consecutive
+words, least significant word first (:class:`DeviceMap`). Every region is as deep as the
+largest shape of the configuration needs; a preset whose weights exceed the protocol's 65,536
+words per region cannot be built into a device (``ValueError`` names the region).
+
+On RUN the bridge checks the arguments (``1 <= L <= Lmax``, ``1 <= H <= Hmax``,
+``D = H * head_dim <= Dmax``, ``valid_len <= L``): bad ones end the run at once with
+:data:`STATUS_BAD_ARGS` instead of starting the core. Otherwise it restarts the region readers
+at word 0, starts the core and streams the regions into it at up to one beat per cycle; the
+output goes to ``y`` from word 0. The run ends (``done``, status :data:`STATUS_OK`) when the
+core's ``busy`` falls; :data:`STATUS_OVERFLOW` if the core produced more output than ``y``
+holds (the excess is dropped, never written out of bounds). The performance counters are the
+core's (:data:`hw.core.COUNTERS`). RESET resets the core and the bridge; the regions keep their
+contents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth import Module, Mux, ResetInserter, Signal
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from attn import protocol as P
+
+from .core import COUNTERS, AttentionCore
+from .core_io import lanes_layout, param_layout, run_args_layout
+from .hostlink import HostLink, connect_host, host_ports, region_signature
+
+__all__ = ["DeviceMap", "StreamRegion", "RegionReader", "RegionWriter", "AttentionDevice",
+           "STATUS_OK", "STATUS_BAD_ARGS", "STATUS_OVERFLOW"]
+
+#: Status codes of a run (STATUS ``last_status``).
+STATUS_OK = 0
+STATUS_BAD_ARGS = 1
+STATUS_OVERFLOW = 2
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class StreamRegion:
+    """One core stream stored in one region: ``beat_bits`` per beat, ``words_per_beat``
+    words of ``region.width`` bits per beat."""
+
+    region: P.Region
+    beat_bits: int
+    words_per_beat: int
+
+    def to_words(self, beats) -> list:
+        """Split packed beats (non-negative ints of ``beat_bits``) into region words."""
+        width, mask = self.region.width, (1 << self.region.width) - 1
+        return [(beat >> (i * width)) & mask
+                for beat in beats for i in range(self.words_per_beat)]
+
+    def to_beats(self, words) -> list:
+        """Join region words back into packed beats."""
+        k, width = self.words_per_beat, self.region.width
+        if len(words) % k:
+            raise ValueError(f"{len(words)} words of region {self.region.name!r} are not "
+                             f"whole beats of {k}")
+        return [sum(int(words[j + i]) << (i * width) for i in range(k))
+                for j in range(0, len(words), k)]
+
+
+class DeviceMap:
+    """How the runs of ``cfg`` are laid out in the device's regions (host and gateware)."""
+
+    STREAMS = ("params", "x", "w", "y")
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        beats = {"params": 0, "x": 0, "w": 0, "y": 0}
+        C, lmax = cfg.cols, cfg.max_seq_len
+        for d_model in range(1, cfg.max_d_model + 1):
+            for heads in range(1, min(cfg.max_heads, d_model) + 1):
+                if d_model % heads:
+                    continue
+                wph = _ceil_div(d_model // heads, C)
+                wpd = _ceil_div(d_model, C)
+                tiles = 3 * heads * wph + wpd
+                for name, count in (("params", tiles + 2 * heads), ("w", tiles * d_model),
+                                    ("x", lmax * wpd), ("y", lmax * wpd)):
+                    beats[name] = max(beats[name], count)
+        bits = {"params": param_layout(cfg).size, "x": lanes_layout(cfg, cfg.x_bits).size,
+                "w": lanes_layout(cfg, cfg.w_bits).size,
+                "y": lanes_layout(cfg, cfg.y_bits).size}
+        self.streams = {}
+        for name in self.STREAMS:
+            k = _ceil_div(bits[name], P.MAX_WORD_BITS)
+            depth = beats[name] * k
+            if depth > 1 << 16:
+                raise ValueError(f"configuration {cfg.name!r} needs {depth} words in region "
+                                 f"{name!r}, more than the protocol's {1 << 16}; lower "
+                                 f"max_d_model / max_seq_len for a device build")
+            region = P.Region(name, _ceil_div(bits[name], k), depth,
+                              writable=name != "y", readable=True)
+            self.streams[name] = StreamRegion(region, bits[name], k)
+        self.regions = tuple(s.region for s in self.streams.values())
+        self.run_layout = run_args_layout(cfg)
+
+    def region_bits(self) -> int:
+        """Total bits of the region memories."""
+        return sum(r.width * r.depth for r in self.regions)
+
+    def beat_words(self, name: str, beats) -> list:
+        """Split packed beats of stream ``name`` into its region's words."""
+        return self.streams[name].to_words(beats)
+
+    def word_beats(self, name: str, words) -> list:
+        """Join words of stream ``name``'s region back into packed beats."""
+        return self.streams[name].to_beats(words)
+
+
+class RegionReader(wiring.Component):
+    """Streams a region out from word 0, one beat of ``words_per_beat`` words per beat.
+
+    Up to one beat per cycle when ``words_per_beat`` is 1. ``restart`` (a cycle pulse) goes
+    back to word 0 and drops what was fetched. Reading stops at the end of the region.
+    """
+
+    def __init__(self, spec: StreamRegion):
+        self.spec = spec
+        super().__init__({
+            "mem": Out(region_signature(spec.region)),
+            "o_stream": Out(stream.Signature(spec.beat_bits)),
+            "restart": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        spec, region = self.spec, self.spec.region
+        k, width = spec.words_per_beat, region.width
+        m.submodules.queue = queue = ResetInserter(self.restart)(
+            fifo.SyncFIFOBuffered(width=spec.beat_bits, depth=4))
+        addr = Signal(range(region.depth + 1))
+        pending = Signal()                     # a word was read last cycle
+        part = Signal(range(k))                # index of the word read last cycle in its beat
+        assembled = Signal(spec.beat_bits)
+        issue = Signal()
+        # at most one beat in flight beyond the queue's level: never more than 4 beats queued
+        m.d.comb += [
+            issue.eq((addr < region.depth) & (queue.level < 2) & ~self.restart),
+            self.mem.r_addr.eq(addr[:len(self.mem.r_addr)]),
+            self.mem.r_en.eq(issue),
+        ]
+        if k == 1:
+            m.d.comb += [queue.w_data.eq(self.mem.r_data), queue.w_en.eq(pending)]
+        else:
+            beat = Signal(spec.beat_bits)
+            m.d.comb += [beat.eq(assembled | (self.mem.r_data << (width * part))),
+                         queue.w_data.eq(beat), queue.w_en.eq(pending & (part == k - 1))]
+            with m.If(pending):
+                m.d.sync += assembled.eq(beat)
+                with m.If(part == k - 1):
+                    m.d.sync += assembled.eq(0)
+        with m.If(issue):
+            m.d.sync += addr.eq(addr + 1)
+        m.d.sync += pending.eq(issue)
+        if k > 1:
+            issue_part = Signal(range(k))      # index in its beat of the word read now
+            with m.If(issue):
+                m.d.sync += [part.eq(issue_part),
+                             issue_part.eq(Mux(issue_part == k - 1, 0, issue_part + 1))]
+        with m.If(self.restart):
+            m.d.sync += [addr.eq(0), assembled.eq(0)]
+            if k > 1:
+                m.d.sync += issue_part.eq(0)
+        m.d.comb += [self.o_stream.valid.eq(queue.r_rdy), self.o_stream.payload.eq(queue.r_data),
+                     queue.r_en.eq(self.o_stream.ready)]
+        return m
+
+
+class RegionWriter(wiring.Component):
+    """Writes a stream into a region from word 0 (``restart`` goes back to word 0).
+
+    Beats beyond the region are taken and dropped; ``overflow`` stays high until ``restart``.
+    ``words`` counts the words written.
+    """
+
+    def __init__(self, spec: StreamRegion):
+        self.spec = spec
+        super().__init__({
+            "mem": Out(region_signature(spec.region)),
+            "i_stream": In(stream.Signature(spec.beat_bits)),
+            "restart": In(1),
+            "overflow": Out(1),
+            "words": Out(range(spec.region.depth + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        spec, region = self.spec, self.spec.region
+        k, width = spec.words_per_beat, region.width
+        part = Signal(range(k))
+        last = Signal()
+        m.d.comb += [last.eq(part == k - 1),
+                     self.i_stream.ready.eq(last),
+                     self.mem.w_addr.eq(self.words[:len(self.mem.w_addr)]),
+                     self.mem.w_data.eq(self.i_stream.payload >> (width * part))]
+        with m.If(self.i_stream.valid):
+            if k > 1:
+                m.d.sync += part.eq(Mux(last, 0, part + 1))
+            with m.If(self.words < region.depth):
+                m.d.comb += self.mem.w_en.eq(1)
+                m.d.sync += self.words.eq(self.words + 1)
+            with m.Else():
+                m.d.sync += self.overflow.eq(1)
+        with m.If(self.restart):
+            m.d.sync += [part.eq(0), self.words.eq(0), self.overflow.eq(0)]
+        return m
+
+
+class AttentionDevice(wiring.Component):
+    """HostLink + bridge + :class:`~hw.core.AttentionCore` (+ UART with ``divisor``).
+
+    Parameters
+    ----------
+    cfg : AttnConfig
+        The configuration; the IDENTIFY reply carries it whole.
+    divisor : int or None
+        UART clocks per bit (:func:`hw.uart.uart_divisor`). With a divisor the ports are the
+        UART pins ``rx``/``tx``; without, the link's byte streams ``i_stream``/``o_stream``.
+    timeout_cycles : int
+        The link's frame timeout (see :class:`~hw.hostlink.HostLink`).
+    max_payload : int
+        The link's frame buffer in bytes.
+
+    Members
+    -------
+    rx, tx or i_stream, o_stream
+        The host side.
+    running : Out(1)
+        A run is in progress (for an LED).
+    """
+
+    def __init__(self, cfg, *, divisor: int | None = None, timeout_cycles: int = 100_000,
+                 max_payload: int = 256):
+        self.cfg = cfg
+        self.map = DeviceMap(cfg)
+        self.divisor = divisor
+        self.core = AttentionCore(cfg)
+        self.link = HostLink(config=cfg, regions=self.map.regions, run_layout=self.map.run_layout,
+                             counters=len(COUNTERS), timeout_cycles=timeout_cycles,
+                             max_payload=max_payload)
+        ports = host_ports(divisor)
+        ports["running"] = Out(1)
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.link = link = self.link
+        connect_host(m, self, link, self.divisor)
+
+        reset = link.core_reset
+        m.submodules.core = core = ResetInserter(reset)(self.core)
+        readers = {}
+        for name in ("params", "x", "w"):
+            readers[name] = ResetInserter(reset)(RegionReader(self.map.streams[name]))
+            m.submodules[f"read_{name}"] = readers[name]
+            wiring.connect(m, readers[name].mem, link.region_port(name))
+        m.submodules.write_y = writer = ResetInserter(reset)(RegionWriter(self.map.streams["y"]))
+        wiring.connect(m, writer.mem, link.region_port("y"))
+        m.d.comb += [
+            core.p_stream.valid.eq(readers["params"].o_stream.valid),
+            core.p_stream.payload.eq(readers["params"].o_stream.payload),
+            readers["params"].o_stream.ready.eq(core.p_stream.ready),
+            core.x_stream.valid.eq(readers["x"].o_stream.valid),
+            core.x_stream.payload.eq(readers["x"].o_stream.payload),
+            readers["x"].o_stream.ready.eq(core.x_stream.ready),
+            core.w_stream.valid.eq(readers["w"].o_stream.valid),
+            core.w_stream.payload.eq(readers["w"].o_stream.payload),
+            readers["w"].o_stream.ready.eq(core.w_stream.ready),
+            writer.i_stream.valid.eq(core.o_stream.valid),
+            writer.i_stream.payload.eq(core.o_stream.payload.y),
+            core.o_stream.ready.eq(writer.i_stream.ready),
+            link.counters.eq(core.counters),
+        ]
+
+        # run control: check the arguments, restart the bridge, start the core, wait for it
+        args = link.run_args
+        ok = Signal()
+        m.d.comb += ok.eq((args.seq_len >= 1) & (args.seq_len <= cfg.max_seq_len)
+                          & (args.heads >= 1) & (args.heads <= cfg.max_heads)
+                          & (args.d_model >= 1) & (args.d_model <= cfg.max_d_model)
+                          & (args.head_dim * args.heads == args.d_model)
+                          & (args.valid_len <= args.seq_len))
+        launching = Signal()     # core.start offered, not yet taken
+        launched = Signal()      # the core has taken start
+        for unit in (*readers.values(), writer):
+            m.d.comb += unit.restart.eq(link.start)
+        m.d.comb += [core.start.valid.eq(launching), core.start.payload.eq(args),
+                     link.busy.eq(launching | launched | core.busy),
+                     self.running.eq(launching | launched)]
+        m.d.sync += link.done.eq(0)
+        with m.If(link.start):
+            with m.If(ok):
+                m.d.sync += launching.eq(1)
+            with m.Else():
+                m.d.sync += [link.done.eq(1), link.status.eq(STATUS_BAD_ARGS)]
+        with m.If(launching & core.start.ready):
+            m.d.sync += [launching.eq(0), launched.eq(1)]
+        with m.If(launched & ~core.busy):
+            m.d.sync += [launched.eq(0), link.done.eq(1),
+                         link.status.eq(Mux(writer.overflow, STATUS_OVERFLOW, STATUS_OK))]
+        with m.If(reset):
+            m.d.sync += [launching.eq(0), launched.eq(0)]
+        return m
