@@ -131,6 +131,32 @@ def cmd_presets(args) -> int:
     return 0
 
 
+def cmd_build(args) -> int:
+    from boards.build import BuildFailed, board_spec, build_board
+
+    spec = board_spec(args.board)
+    cfg = _parse_overrides(preset(args.preset or spec.preset), args.set)
+    try:
+        report = build_board(spec, cfg, clock_mhz=args.clock, baud=args.baud, seed=args.seed,
+                             out_dir=args.out, allow_timing_fail=args.allow_timing_fail)
+    except BuildFailed as exc:
+        print(f"attn build: FAILED: {exc}", file=sys.stderr)
+        return 1
+    res = ", ".join(f"{k} {v[0]:,}/{v[1]:,}" for k, v in report["resources"].items() if v)
+    met = "met" if report["timing_met"] else "NOT met (accepted)"
+    print(f"attn build: {report['bitstream']}: {res}; fmax {report['fmax_mhz']:.1f} MHz at "
+          f"{report['clock_mhz']:g} MHz ({met}); {report['seconds']:.0f} s")
+    return 0
+
+
+def cmd_program(args) -> int:
+    from boards.build import board_spec, program_board
+
+    program_board(board_spec(args.board), args.bitstream)
+    print(f"attn program: {args.board} programmed")
+    return 0
+
+
 def _board_arguments(parser) -> None:
     """--port and --baud of the backends that talk to a board."""
     from .remote import BOARD_BAUD
@@ -175,6 +201,36 @@ def build_parser() -> argparse.ArgumentParser:
                          help="override a configuration field, e.g. --set rows=8 (repeatable)")
     verilog.add_argument("-o", "--output", required=True, metavar="FILE.v")
     verilog.set_defaults(func=cmd_verilog)
+
+    from boards.build import BOARDS
+    build = sub.add_parser("build", help="build a board's bitstream and its report",
+                           description="Synthesize, place and route the accelerator for a "
+                           "board with YoWASP (or native) Yosys and nextpnr; write the "
+                           "bitstream and report.json / report.md into build/boards/BOARD. "
+                           "Fails (exit 1) if the design does not fit or misses timing.")
+    build.add_argument("--board", required=True, choices=sorted(BOARDS))
+    build.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                       help="configuration preset (default: the board's)")
+    build.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="override a configuration field (repeatable)")
+    build.add_argument("--clock", type=float, default=None, metavar="MHZ",
+                       help="design clock made by the PLL (default: the board's)")
+    build.add_argument("--baud", type=int, default=None,
+                       help="UART baud rate (default: the board's)")
+    build.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    build.add_argument("--out", default=None, metavar="DIR",
+                       help="output folder (default: build/boards/BOARD)")
+    build.add_argument("--allow-timing-fail", action="store_true",
+                       help="write the bitstream and exit 0 even if fmax < clock")
+    build.set_defaults(func=cmd_build)
+
+    program = sub.add_parser("program", help="flash a built bitstream onto a board",
+                             description="Flash with the board's programmer (iceprog for "
+                             "the iCEBreaker, openFPGALoader for the ULX3S).")
+    program.add_argument("--board", required=True, choices=sorted(BOARDS))
+    program.add_argument("--bitstream", default=None,
+                         help="bitstream file (default: the last 'attn build' of the board)")
+    program.set_defaults(func=cmd_program)
 
     presets = sub.add_parser("presets", help="list the configuration presets")
     presets.add_argument("--json", action="store_true", help="every field, as JSON")

@@ -24,12 +24,14 @@ from amaranth.lib import data
 from .host import Device
 
 __all__ = ["RemoteRun", "run_on_device", "open_cosim", "open_board", "board_config",
-           "COSIM_DIVISOR", "BOARD_BAUD"]
+           "link_traffic", "COSIM_DIVISOR", "BOARD_BAUD", "MAX_PAYLOAD"]
 
 #: UART clocks per bit of the co-simulated device (the fastest the UART allows).
 COSIM_DIVISOR = 4
 #: Default baud rate of the board builds.
 BOARD_BAUD = 1_000_000
+#: The device's frame buffer (:class:`hw.device.AttentionDevice` default), in bytes.
+MAX_PAYLOAD = 256
 
 
 @dataclass
@@ -122,3 +124,47 @@ def board_config(port: str, *, baud: int = BOARD_BAUD, timeout: float = 2.0):
 
     with Device(SerialTransport(port, baud, timeout=timeout)) as device:
         return device.info.config
+
+
+def link_traffic(cfg, seq_len: int, d_model: int, heads: int, *,
+                 max_payload: int = MAX_PAYLOAD, status_polls: int = 1) -> dict:
+    """Bytes and request/reply round trips :func:`run_on_device` exchanges for one run of the
+    shape ``L x D x H`` (after IDENTIFY; ``status_polls`` STATUS requests until the run is
+    over). Returns ``to_device``, ``from_device`` (bytes) and ``round_trips``."""
+    from hw.core_io import CoreShape
+    from hw.device import DeviceMap
+
+    from . import protocol as P
+
+    s = CoreShape(cfg, seq_len, d_model, heads)
+    dmap = DeviceMap(cfg)
+    request = P.REQUEST_HEADER + P.CRC_BYTES
+    reply = P.REPLY_HEADER + P.CRC_BYTES
+    beats = {"params": s.proj_tiles + s.out_tiles + 2 * heads, "x": seq_len * s.wpd,
+             "w": (s.proj_tiles + s.out_tiles) * d_model}
+    to_dev = from_dev = trips = 0
+    for name, count in beats.items():
+        spec = dmap.streams[name]
+        words, size = count * spec.words_per_beat, spec.region.word_bytes
+        per_frame = (max_payload - P.WRITE_HEADER) // size
+        frames = -(-words // per_frame)
+        to_dev += frames * (request + P.WRITE_HEADER) + words * size
+        from_dev += frames * reply
+        trips += frames
+    run_bytes = P.RUN_ARGS_OFFSET + P.run_arg_bytes(dmap.run_layout.size)
+    to_dev += request + run_bytes + status_polls * request
+    from_dev += reply + status_polls * (reply + P.STATUS_PAYLOAD)
+    trips += 1 + status_polls
+    spec = dmap.streams["y"]
+    words, size = s.wpd * seq_len * spec.words_per_beat, spec.region.word_bytes
+    per_frame = max(1, 4096 // size)
+    frames = -(-words // per_frame)
+    to_dev += frames * (request + P.READ_PAYLOAD) + request        # + COUNTERS
+    from_dev += frames * reply + words * size + reply + P.COUNTER_BYTES * len(_counters())
+    trips += frames + 1
+    return {"to_device": to_dev, "from_device": from_dev, "round_trips": trips}
+
+
+def _counters():
+    from hw.core import COUNTERS
+    return COUNTERS

@@ -204,3 +204,24 @@ def test_device_ports():
         dev = AttentionDevice(preset("tiny"), divisor=divisor)
         assert ports <= set(dev.signature.members)
         dev.core._MustUse__silence = dev.link._MustUse__silence = True     # not elaborated
+
+
+def test_link_traffic_is_exact():
+    """The byte count the benchmarks use for transfer time equals what crosses the UART."""
+    from attn.remote import link_traffic
+
+    cfg = preset("tiny")
+    qm, xi, expected = layer(cfg, 6, 12, 2, seed=4)
+    with open_cosim(cfg) as device:
+        sent, received = [], []
+        write, read = device.transport.write, device.transport.read
+        device.transport.write = lambda data: (sent.append(len(data)), write(data))[1]
+        device.transport.read = lambda n: (lambda b: (received.append(len(b)), b)[1])(read(n))
+        polls = []
+        status = device.status
+        device.status = lambda: (polls.append(1), status())[1]
+        run = run_on_device(device, cfg, qm, xi)
+    assert_equal("device output y", expected.y, run.y)
+    traffic = link_traffic(cfg, 6, 12, 2, status_polls=len(polls))
+    assert traffic["to_device"] == sum(sent) and traffic["from_device"] == sum(received)
+    assert traffic["round_trips"] == len(sent)

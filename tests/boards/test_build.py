@@ -1,0 +1,122 @@
+"""Board tops, `attn build` reports and `attn program`: the top elaborates for every board, a
+real ULX3S bitstream is built and its report checked, and programming fails clearly."""
+import json
+import stat
+
+import pytest
+
+from attn import preset
+from attn.cli import main
+from boards.build import BOARDS, board_spec, build_board, program_board, report_markdown
+from boards.toolchain import ToolchainError, use_yowasp
+from boards.top import BoardTop
+
+pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_top_elaborates(name):
+    """The whole chip (PLL primitive, UART pins, LEDs) converts to the toolchain's input."""
+    spec = board_spec(name)
+    top = BoardTop(spec, preset("tiny"))
+    plan = spec.platform().prepare(top, "attn")
+    rtlil = plan.files["attn.il"]
+    assert ("SB_PLL40_PAD" if spec.family == "ice40" else "EHXPLLL") in rtlil
+    assert abs(top.clock_hz / top.divisor - spec.baud) < 0.02 * spec.baud
+
+
+def test_unknown_board_and_bad_clock():
+    with pytest.raises(ValueError, match="unknown board 'nexys'"):
+        board_spec("nexys")
+    with pytest.raises(ValueError, match="cannot make"):
+        BoardTop(board_spec("icebreaker"), preset("tiny"), clock_mhz=5000)
+
+
+def _tools_missing(family):
+    try:
+        use_yowasp(family, bitstream=True, log=None)
+    except ToolchainError as exc:
+        return str(exc)
+    return None
+
+
+def test_build_ulx3s_bitstream(tmp_path):
+    """CI's real bitstream: the device with the tiny preset on the ULX3S (about a minute)."""
+    reason = _tools_missing("ecp5")
+    if reason:
+        pytest.skip(reason)
+    report = build_board(board_spec("ulx3s"), preset("tiny"), out_dir=tmp_path, log=None)
+    assert report["routed"] and report["timing_met"]
+    assert report["fmax_mhz"] >= report["clock_mhz"] == 50
+    used, total = report["resources"]["logic"]
+    assert 0 < used < total and report["resources"]["dsp"][0] > 0
+    bitstream = tmp_path / "attn.bit"
+    assert bitstream.stat().st_size == report["bitstream_bytes"] > 100_000
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["config"] == preset("tiny").to_dict()
+    assert "timing met" in (tmp_path / "report.md").read_text()
+
+
+def _report(**changes):
+    report = {"board": "ulx3s", "description": "ULX3S", "device": "LFE5U-85F-6BG381",
+              "family": "ecp5", "config": preset("tiny").to_dict(), "clock_mhz": 50.0,
+              "pll": {"CLKI_DIV": 1}, "baud": 1_000_000, "uart_divisor": 50,
+              "region_kbit": 9.5, "resources": {"logic": [8727, 83640], "ff": [4169, 83640],
+                                                "dsp": [9, 156], "bram": [8, 208],
+                                                "spram": None},
+              "fmax_mhz": 73.5, "timing_met": True, "routed": True, "seconds": 75.0,
+              "synth_seconds": 13.1, "pnr_seconds": 58.7, "seed": 1,
+              "bitstream": "build/boards/ulx3s/attn.bit", "bitstream_bytes": 1_000_000,
+              "critical_path": None, "error": None}
+    report.update(changes)
+    return report
+
+
+def test_report_markdown():
+    text = report_markdown(_report())
+    assert "| logic | 8,727 | 83,640 | 10 |" in text and "spram" not in text
+    assert "fmax 73.5 MHz: timing met" in text
+    failed = report_markdown(_report(timing_met=False, routed=False, fmax_mhz=None,
+                                     bitstream=None, bitstream_bytes=None,
+                                     error="ERROR: Unable to place cell"))
+    assert "not routed" in failed and "Unable to place cell" in failed
+
+
+def _fake_programmer(tmp_path, exit_code, output):
+    script = tmp_path / "fakeprog"
+    script.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\necho '{output}'\n"
+                      f"exit {exit_code}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def test_program(tmp_path, monkeypatch):
+    spec = board_spec("ulx3s")
+    bit = tmp_path / "attn.bit"
+    with pytest.raises(ValueError, match="no bitstream"):
+        program_board(spec, bit)
+    bit.write_bytes(b"\xff\x00bitstream")
+    monkeypatch.setenv("OPENFPGALOADER", "no-such-programmer-here")
+    with pytest.raises(FileNotFoundError, match="apt-get install openfpgaloader"):
+        program_board(spec, bit)
+    monkeypatch.setenv("OPENFPGALOADER", _fake_programmer(tmp_path, 1, "unable to open ftdi"))
+    with pytest.raises(RuntimeError, match="unable to open ftdi"):
+        program_board(spec, bit, log=None)
+    monkeypatch.setenv("OPENFPGALOADER", _fake_programmer(tmp_path, 0, "done"))
+    program_board(spec, bit, log=None)
+    assert (tmp_path / "args").read_text().split() == ["-b", "ulx3s", "-m", str(bit)]
+
+
+def test_cli_errors(tmp_path, capsys, monkeypatch):
+    assert main(["program", "--board", "icebreaker", "--bitstream",
+                 str(tmp_path / "none.bin")]) == 2
+    assert "no bitstream" in capsys.readouterr().err
+    monkeypatch.setenv("ICEPROG", "no-such-iceprog")
+    (tmp_path / "a.bin").write_bytes(b"\x00")
+    assert main(["program", "--board", "icebreaker", "--bitstream",
+                 str(tmp_path / "a.bin")]) == 1
+    assert "not installed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["build", "--board", "nexys"])
+    assert main(["build", "--board", "ulx3s", "--set", "rows=3"]) == 2
+    assert "power of two" in capsys.readouterr().err
