@@ -157,6 +157,32 @@ def cmd_program(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from pathlib import Path
+
+    from boards.build import board_spec
+
+    from .sweep import DEFAULT_ARRAYS, parse_arrays, sweep, write_sweep
+
+    spec = board_spec(args.board)
+    cfg = _parse_overrides(preset(args.preset or spec.preset), args.set)
+    arrays = parse_arrays(args.arrays or ",".join(DEFAULT_ARRAYS[spec.family]))
+    layer = _parse_layer(args.layer)
+    out = Path(args.out or f"build/sweep/{spec.name}")
+    points = sweep(spec, cfg, arrays, layer, jobs=args.jobs, sim=args.sim, out_dir=out)
+    paths = write_sweep(points, out, board=spec.name, layer=layer)
+    print(paths["md"].read_text())
+    print(f"attn sweep: wrote {paths['md']}, {paths['json']} and {paths['png']}")
+    return 0
+
+
+def _parse_layer(text):
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise InputError(f"--layer takes LxDxH (e.g. 64x64x4), not {text!r}")
+    return tuple(int(p) for p in parts)
+
+
 def _board_arguments(parser) -> None:
     """--port and --baud of the backends that talk to a board."""
     from .remote import BOARD_BAUD
@@ -231,6 +257,28 @@ def build_parser() -> argparse.ArgumentParser:
     program.add_argument("--bitstream", default=None,
                          help="bitstream file (default: the last 'attn build' of the board)")
     program.set_defaults(func=cmd_program)
+
+    sweep = sub.add_parser("sweep", help="explore array sizes for a board (Pareto front)",
+                           description="Build the core with several array sizes for a board "
+                           "(in parallel), simulate a layer on each, and write sweep.md, "
+                           "sweep.json and sweep.png (throughput against logic).")
+    sweep.add_argument("--board", required=True, choices=sorted(BOARDS))
+    sweep.add_argument("--arrays", default=None, metavar="RxC,...",
+                       help="array sizes (default: 2x2,2x4,4x4,4x8,8x8 on ECP5; "
+                       "1x2,2x2,2x4 on iCE40)")
+    sweep.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                       help="base configuration (default: the board's preset)")
+    sweep.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                       help="override a configuration field (repeatable), e.g. --set w_bits=6")
+    sweep.add_argument("--layer", default="64x64x4", metavar="LxDxH",
+                       help="layer shape simulated on each point (default 64x64x4)")
+    sweep.add_argument("--jobs", type=int, default=None,
+                       help="parallel builds (default: the number of cores)")
+    sweep.add_argument("--sim", default="verilator", choices=("verilator", "amaranth"),
+                       help="simulator for the cycle counts (default verilator)")
+    sweep.add_argument("--out", default=None, metavar="DIR",
+                       help="output folder (default build/sweep/BOARD)")
+    sweep.set_defaults(func=cmd_sweep)
 
     presets = sub.add_parser("presets", help="list the configuration presets")
     presets.add_argument("--json", action="store_true", help="every field, as JSON")
