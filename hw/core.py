@@ -185,6 +185,8 @@ class AttentionCore(wiring.Component):
         for u in range(U):
             softmaxes.append(Softmax(cfg=cfg))
             m.submodules[f"softmax_{u}"] = softmaxes[u]
+        #: The softmax units of the latest elaboration (simulation probes read their outputs).
+        self.softmax_modules = softmaxes
         # Requantizers in lockstep, each on C / units lanes of every result row; the results
         # are clamped afterwards to the width of the row's stage (clamping to a wider range
         # first changes nothing).

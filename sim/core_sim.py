@@ -25,11 +25,37 @@ __all__ = ["CoreRun", "simulate_core", "pack_streams"]
 @dataclass
 class CoreRun:
     """Result of one simulated run: ``y`` (``L x D`` integers), ``cycles`` from the accepted
-    start beat to the last output beat, and the performance counters by name."""
+    start beat to the last output beat, the performance counters by name, and (when asked
+    for) ``probs``, the ``H x L x L`` probabilities as the core's softmax units produced
+    them."""
 
     y: np.ndarray
     cycles: int
     counters: dict
+    probs: np.ndarray | None = None
+
+
+def _assemble_probs(cfg, core, shape, beats_per_unit) -> np.ndarray:
+    """Place the probability beats of each softmax unit (the order is documented in
+    :mod:`hw.core`: blocks ``(row block, head)``, each unit's rows of the block, ``L`` keys
+    per row; rows past ``L`` are computed too and dropped here)."""
+    seq_len, heads = shape.seq_len, shape.heads
+    units = core.softmax_units
+    rows_per_unit = cfg.rows // units
+    probs = np.full((heads, seq_len, seq_len), -1, dtype=np.int64)
+    for u, beats in enumerate(beats_per_unit):
+        if len(beats) % seq_len:
+            raise AssertionError(f"softmax unit {u} produced {len(beats)} probabilities, "
+                                 f"not whole rows of {seq_len}")
+        for chunk in range(len(beats) // seq_len):
+            block, i = divmod(chunk, rows_per_unit)
+            row_block, head = divmod(block, heads)
+            query = row_block * cfg.rows + u * rows_per_unit + i
+            if query < seq_len:
+                probs[head, query] = beats[chunk * seq_len:(chunk + 1) * seq_len]
+    if (probs < 0).any():
+        raise AssertionError("the softmax units did not produce every probability row")
+    return probs
 
 
 def pack_streams(core: AttentionCore, streams: dict) -> dict:
@@ -44,12 +70,13 @@ def pack_streams(core: AttentionCore, streams: dict) -> dict:
 def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: float = 0.0,
                   seed: int = 0, core: AttentionCore | None = None, runs: int = 1,
                   name: str = "core", deadline_cycles: int | None = None,
-                  progress=None) -> CoreRun:
+                  progress=None, record_probs: bool = False) -> CoreRun:
     """Simulate ``runs`` back-to-back runs of the core (the result is the last one's).
 
     ``stall`` is the probability of an idle cycle on each input stream and of backpressure on
     the output (0 = none). ``progress(cycles_done, ideal_cycles)`` is called every 5,000
-    simulated cycles.
+    simulated cycles. ``record_probs`` watches the softmax units' outputs of the last run and
+    returns them as ``probs``.
     """
     core = core or AttentionCore(cfg)
     streams = core_streams(cfg, model, x_int, causal=causal, valid_len=valid_len)
@@ -99,16 +126,31 @@ def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: flo
             done += 5000
             progress(done, ideal)
 
+    prob_beats = [[] for _ in range(core.softmax_units)]
+
+    async def recorder(ctx):        # the last run's softmax outputs, sampled at each edge
+        units = core.softmax_modules
+        signals = [sig for unit in units for sig in (unit.o_stream.valid,
+                                                     unit.o_stream.payload.prob)]
+        async for _, _, *values in ctx.tick().sample(*signals):
+            if len(cycles) == runs - 1:
+                for u in range(len(units)):
+                    if values[2 * u]:
+                        prob_beats[u].append(int(values[2 * u + 1]))
+
+    processes = ([reporter] if progress is not None else []) + ([recorder] if record_probs
+                                                                 else [])
     macs = shape.macs()
     deadline = deadline_cycles or runs * (20 * macs // cfg.pes + 20_000) * (
         1 + int(20 * stall))
-    run_simulation(core, benches, name, deadline_cycles=deadline,
-                   processes=[reporter] if progress is not None else [])
+    run_simulation(core, benches, name, deadline_cycles=deadline, processes=processes)
     lanes = [[unpack(out_layout, beat)["y"] for beat in beats] for beats in outputs]
     last_flags = [unpack(out_layout, beat)["last"] for beat in outputs[-1]]
     if last_flags[-1] != 1 or any(last_flags[:-1]):
         raise AssertionError(f"{name}: 'last' must mark only the final output beat, "
                              f"got {last_flags}")
     y = collect_output(cfg, lanes[-1], shape.seq_len, shape.d_model)
-    return CoreRun(y=y, cycles=cycles[-1], counters=dict(zip(COUNTERS, counters[-1])))
+    probs = _assemble_probs(cfg, core, shape, prob_beats) if record_probs else None
+    return CoreRun(y=y, cycles=cycles[-1], counters=dict(zip(COUNTERS, counters[-1])),
+                   probs=probs)
 

@@ -187,3 +187,14 @@ def test_core_hdl(sim, name, shape, stall):
     assert_equal(f"core output y on {sim}", expected.y, y)
     assert info["runs"][0] == info["runs"][1] or stall > 0   # same work, same counters
     assert info["counters"]["array_beats"] >= CoreShape(cfg, *shape).macs() // cfg.pes
+
+
+@pytest.mark.parametrize("units", [1, 2])
+def test_core_probabilities_probe(units):
+    """The probabilities the softmax units produce (recorded in the simulator) are golden's."""
+    cfg = preset("tiny")
+    qm, xi, expected = layer(cfg, 5, 12, 2, seed=9, causal=True)
+    run = simulate_core(cfg, qm, xi, causal=True, core=AttentionCore(cfg, softmax_units=units),
+                        name=f"core_probs_{units}", record_probs=True)
+    assert_equal("softmax probabilities", expected.probs, run.probs)
+    assert_equal("core output y", expected.y, run.y)
