@@ -2,7 +2,7 @@
 # One entry point for people and CI: creates .venv on first use (and whenever pyproject.toml
 # changes), then runs the task.
 #
-#   ./dev.sh demo      run the bundled example (golden backend)
+#   ./dev.sh demo      the "I saw a saw" demo: attention on the simulated core (attn demo)
 #   ./dev.sh test      the whole test suite (pytest -n auto); extra args go to pytest
 #   ./dev.sh lint      ruff
 #   ./dev.sh shell     a shell with the venv active
@@ -59,8 +59,7 @@ case "$task" in
     demo)
         setup
         mkdir -p build
-        exec "$VENV/bin/attn" run --model examples/model.npz --input examples/input.npz \
-            --output build/example_out.npz "$@" ;;
+        exec "$VENV/bin/attn" demo "$@" ;;
     test)
         setup
         missing_os_tools

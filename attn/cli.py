@@ -183,6 +183,11 @@ def _parse_layer(text):
     return tuple(int(p) for p in parts)
 
 
+def cmd_demo(args) -> int:
+    from .demo.run import main as demo_main
+    return demo_main(args)
+
+
 def _board_arguments(parser) -> None:
     """--port and --baud of the backends that talk to a board."""
     from .remote import BOARD_BAUD
@@ -197,6 +202,24 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attn", description="FPGA accelerator for transformer self-attention.")
     parser.add_argument("--version", action="version", version=f"attn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help='tag "I saw a saw" with attention on the accelerator',
+                          description="Tag sentences with a tiny self-attention tagger whose "
+                          "attention layer runs on the simulated accelerator (bit-exact with "
+                          "golden/); print tags, cycles and error against float; draw each "
+                          "head's attention matrix as PNG.")
+    demo.add_argument("words", nargs="*", metavar="WORD",
+                      help='a sentence (default: "I saw a saw" and a few others)')
+    demo.add_argument("--backend", default="amaranth", choices=sorted(BACKENDS),
+                      help="where the attention layer runs (default: amaranth simulation)")
+    demo.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
+                      help="configuration (default tiny; a board's bitstream must match)")
+    demo.add_argument("--out", default="build/demo", metavar="DIR",
+                      help="folder for the attention PNGs (default build/demo)")
+    demo.add_argument("--vocabulary", action="store_true", help="list the known words")
+    demo.add_argument("--quiet", action="store_true", help="no progress output")
+    _board_arguments(demo)
+    demo.set_defaults(func=cmd_demo)
 
     run = sub.add_parser("run", help="run an nn.MultiheadAttention layer on a backend",
                          description="Quantize a PyTorch nn.MultiheadAttention layer "
