@@ -36,10 +36,21 @@ def _config_for(args, seq_len, d_model, heads):
 def cmd_run(args) -> int:
     from golden import calibrate, dequantize_output, mha_float, quantize_input
 
-    mha = load_model(args.model, heads=args.heads)
-    x, mask = load_input(args.input, mha.d_model)
-    cfg = _config_for(args, x.shape[0], mha.d_model, int(mha.num_heads))
-    model = calibrate(cfg, mha, x, mask)
+    from .importer import is_quantized, load_quantized
+
+    if is_quantized(args.model):                # made by attn import: no new calibration
+        model, cfg, mha = load_quantized(args.model)
+        x, mask = load_input(args.input, mha.d_model)
+        if args.preset is not None and preset(args.preset).to_dict() | {"name": cfg.name} \
+                != cfg.to_dict():
+            raise InputError(f"{args.model} was quantized for configuration {cfg.name!r}, "
+                             f"not --preset {args.preset}")
+        cfg.check_shape(x.shape[0], mha.d_model, int(mha.num_heads))
+    else:
+        mha = load_model(args.model, heads=args.heads)
+        x, mask = load_input(args.input, mha.d_model)
+        cfg = _config_for(args, x.shape[0], mha.d_model, int(mha.num_heads))
+        model = calibrate(cfg, mha, x, mask)
     x_int = quantize_input(x, model, cfg)
     start = time.perf_counter()
 
@@ -183,6 +194,45 @@ def _parse_layer(text):
     return tuple(int(p) for p in parts)
 
 
+def cmd_import(args) -> int:
+    from pathlib import Path
+
+    from .importer import (
+        accuracy,
+        load_calibration,
+        quantize_model,
+        save_quantized,
+        write_accuracy_report,
+    )
+
+    mha = load_model(args.model, heads=args.heads)
+    xs = load_calibration(args.calib, mha.d_model)
+    longest = max(len(x) for x in xs)
+    if args.preset is None:
+        cfg = preset("default").fitted(longest, mha.d_model, int(mha.num_heads))
+    else:
+        cfg = preset(args.preset)
+        cfg.check_shape(longest, mha.d_model, int(mha.num_heads))
+    report_dir = Path(args.report_dir or Path(args.output).with_suffix("").as_posix()
+                      + "_report")
+    model = quantize_model(cfg, mha, xs)
+
+    def progress(line):
+        if not args.quiet:
+            print(f"attn import: {line}", file=sys.stderr)
+
+    stats = accuracy(cfg, model, mha, xs, args.backend, progress=progress)
+    save_quantized(args.output, model, cfg, mha)
+    paths = write_accuracy_report(stats, report_dir)
+    print(f"attn import: wrote {args.output} (configuration {cfg.name!r}); accuracy of "
+          f"{args.backend} against {stats['reference']} over {stats['sequences']} "
+          f"sequence(s): relative error {stats['rel_error']:.3%} (max "
+          f"{stats['rel_error_max']:.3%}), max abs error {stats['max_abs_error']:.4g}, "
+          f"probabilities within {stats['prob_lsb_error_max']:.2f} LSB (mean "
+          f"{stats['prob_lsb_error_mean']:.3f}); report {paths['md']}, {paths['png']}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo.run import main as demo_main
     return demo_main(args)
@@ -240,6 +290,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress output")
     _board_arguments(run)
     run.set_defaults(func=cmd_run)
+
+    imp = sub.add_parser("import", help="quantize a PyTorch layer, report its accuracy",
+                         description="Quantize an nn.MultiheadAttention state dict on "
+                         "calibration inputs, write the quantized model (attn run --model "
+                         "takes it) and report the accelerator's accuracy against float "
+                         "(PyTorch's forward when torch is installed).")
+    imp.add_argument("--model", required=True, metavar="MODEL",
+                     help="state dict: .pt or .npz with PyTorch's key names")
+    imp.add_argument("--calib", required=True, metavar="CALIB",
+                     help=".npz with x: N x L x D (N sequences) or L x D")
+    imp.add_argument("--output", required=True, metavar="OUT.npz",
+                     help="quantized model file to write")
+    imp.add_argument("--heads", type=int, default=None,
+                     help="number of heads (overrides num_heads in the model file)")
+    imp.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                     help="configuration (default: one fitted to the model)")
+    imp.add_argument("--backend", default="golden", choices=sorted(BACKENDS),
+                     help="where the accuracy runs execute (default golden)")
+    imp.add_argument("--report-dir", default=None, metavar="DIR",
+                     help="accuracy.md/json/png folder (default: OUT_report)")
+    imp.add_argument("--quiet", action="store_true", help="no progress output")
+    imp.set_defaults(func=cmd_import)
 
     verilog = sub.add_parser("verilog", help="write synthesizable Verilog of the core",
                              description="Write the attention core of a configuration as one "
