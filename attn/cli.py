@@ -233,6 +233,14 @@ def cmd_import(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .report import make_report
+
+    path = make_report(args.build, args.out)
+    print(f"attn report: wrote {path}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo.run import main as demo_main
     return demo_main(args)
@@ -374,6 +382,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--out", default=None, metavar="DIR",
                        help="output folder (default build/sweep/BOARD)")
     sweep.set_defaults(func=cmd_sweep)
+
+    report = sub.add_parser("report", help="the measured figures as Markdown with plots",
+                            description="Gather the benchmark, build and sweep results in "
+                            "build/ into report.md with PNG plots.")
+    report.add_argument("--build", default="build", metavar="DIR",
+                        help="where the results are (default build)")
+    report.add_argument("--out", default="build/report", metavar="DIR",
+                        help="output folder (default build/report)")
+    report.set_defaults(func=cmd_report)
 
     presets = sub.add_parser("presets", help="list the configuration presets")
     presets.add_argument("--json", action="store_true", help="every field, as JSON")
