@@ -173,14 +173,16 @@ def cmd_sweep(args) -> int:
 
     from boards.build import board_spec
 
-    from .sweep import DEFAULT_ARRAYS, parse_arrays, sweep, write_sweep
+    from .sweep import DEFAULT_ARRAYS, parse_arrays, parse_vary, sweep, write_sweep
 
     spec = board_spec(args.board)
     cfg = _parse_overrides(preset(args.preset or spec.preset), args.set)
     arrays = parse_arrays(args.arrays or ",".join(DEFAULT_ARRAYS[spec.family]))
+    variants = parse_vary(args.vary, cfg)
     layer = _parse_layer(args.layer)
     out = Path(args.out or f"build/sweep/{spec.name}")
-    points = sweep(spec, cfg, arrays, layer, jobs=args.jobs, sim=args.sim, out_dir=out)
+    points = sweep(spec, cfg, arrays, layer, variants=variants, jobs=args.jobs, sim=args.sim,
+                   out_dir=out)
     paths = write_sweep(points, out, board=spec.name, layer=layer)
     print(paths["md"].read_text())
     print(f"attn sweep: wrote {paths['md']}, {paths['json']} and {paths['png']}")
@@ -361,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="bitstream file (default: the last 'attn build' of the board)")
     program.set_defaults(func=cmd_program)
 
-    sweep = sub.add_parser("sweep", help="explore array sizes for a board (Pareto front)",
+    sweep = sub.add_parser("sweep", help="explore array sizes and widths for a board",
                            description="Build the core with several array sizes for a board "
                            "(in parallel), simulate a layer on each, and write sweep.md, "
                            "sweep.json and sweep.png (throughput against logic).")
@@ -373,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="base configuration (default: the board's preset)")
     sweep.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                        help="override a configuration field (repeatable), e.g. --set w_bits=6")
+    sweep.add_argument("--vary", action="append", default=[], metavar="FIELD=V1,V2",
+                       help="also sweep a width (repeatable; every combination), "
+                       "e.g. --vary w_bits=6,8")
     sweep.add_argument("--layer", default="64x64x4", metavar="LxDxH",
                        help="layer shape simulated on each point (default 64x64x4)")
     sweep.add_argument("--jobs", type=int, default=None,

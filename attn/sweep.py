@@ -1,12 +1,11 @@
 """``attn sweep``: the design space of one board — array sizes (and any other configuration
 field) against resources, fmax and cycles — with its Pareto front.
 
-For each array size the attention core of the board's preset (with that array and the given
-overrides) is
+For each array size the board's device (:class:`boards.top.BoardTop`: PLL, UART, host link
+and the attention core of the board's preset with that array and the given overrides) is
 
-- synthesized, placed and routed out of context on the board's FPGA (:func:`boards.synth.
-  synthesize`, YoWASP or native tools), in parallel on the available cores: logic, DSP, block
-  RAM, whether it fits, nextpnr's fmax;
+- synthesized, placed and routed for the board's FPGA (YoWASP or native tools), in parallel on
+  the available cores: logic, DSP, block RAM, whether it fits, nextpnr's fmax;
 - simulated on a layer shape (Verilator when available, else the Amaranth simulator), checked
   bit-exact against golden/: cycles and MAC utilization.
 
@@ -17,6 +16,7 @@ other fitting point has at most its logic and more throughput. :func:`write_swee
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["parse_arrays", "sweep", "pareto_front", "write_sweep", "DEFAULT_ARRAYS"]
+__all__ = ["parse_arrays", "parse_vary", "sweep", "pareto_front", "write_sweep", "DEFAULT_ARRAYS"]
 
 #: Arrays swept by default, per FPGA family.
 DEFAULT_ARRAYS = {"ice40": ["1x2", "2x2", "2x4"], "ecp5": ["2x2", "2x4", "4x4", "4x8", "8x8"]}
@@ -58,29 +58,26 @@ def _layer(cfg, seq_len, d_model, heads, seed=0):
     return qm, xi, attention_int(cfg, qm, xi, mask).y
 
 
-def _synth_point(family, cfg_dict, name, clock_mhz, build_dir):
-    """Worker: one out-of-context build (runs in its own process)."""
+def _synth_point(board, cfg_dict, name, build_dir):
+    """Worker: one build of the board's whole device with this configuration (runs in its own
+    process): the place-and-route result, or ``{"build_error": ...}``."""
     from attn.config import AttnConfig
-    from boards.synth import SynthError, synthesize
-    from hw.core import AttentionCore
+    from boards.build import board_spec
+    from boards.synth import SynthError, build_top
+    from boards.top import BoardTop
 
+    spec = board_spec(board)
     cfg = AttnConfig.from_dict(cfg_dict)
-    errors = []
-    # Yosys's ABC9 flow trips an internal assertion on some of these netlists; the classic ABC
-    # flow maps them
-    for synth_opts in ("", "-noabc9"):
-        try:
-            report = synthesize(AttentionCore(cfg), family=family, name=name,
-                                clock_mhz=clock_mhz, synth_opts=synth_opts, dsp=True,
-                                check=False, build_dir=build_dir, log=None)
-        except SynthError:
-            rpt = Path(build_dir) / f"{name}.rpt"
-            lines = rpt.read_text(errors="replace").splitlines() if rpt.exists() else []
-            errors.append(next((line for line in lines if line.startswith("ERROR")),
-                               "Yosys failed") + f" (synth_opts {synth_opts!r})")
-            continue
-        return {**report.as_dict(), "notes": errors}
-    return {"build_error": "; ".join(errors)}
+    try:
+        report = build_top(BoardTop(spec, cfg), family=spec.family, name=name, dsp=True,
+                           check=False, build_dir=build_dir, platform=spec.platform(),
+                           log=None)
+    except SynthError:
+        rpt = Path(build_dir) / f"{name}.rpt"
+        lines = rpt.read_text(errors="replace").splitlines() if rpt.exists() else []
+        return {"build_error": next((line for line in lines if line.startswith("ERROR")),
+                                    "Yosys failed")}
+    return report.as_dict()
 
 
 def _cycles(cfg, layer, sim):
@@ -100,37 +97,63 @@ def _cycles(cfg, layer, sim):
     return cycles, CoreShape(cfg, *layer).macs() / cfg.pes
 
 
-def sweep(spec, base_cfg, arrays, layer, *, jobs: int | None = None, sim: str = "verilator",
-          out_dir, log=print) -> list:
-    """Sweep ``arrays`` on board ``spec`` from ``base_cfg``; return one dict per point."""
+def parse_vary(items, base_cfg) -> list:
+    """``["w_bits=6,8", "prob_bits=10,12"]`` -> every combination as a list of dicts of field
+    changes (``[{}]`` for none); unknown fields and non-integer values raise ``ValueError``."""
+    axes = []
+    fields = base_cfg.to_dict()
+    for item in items:
+        name, sep, values = item.partition("=")
+        if not sep or name not in fields or name in ("name", "rows", "cols") \
+                or not isinstance(fields[name], int) or isinstance(fields[name], bool):
+            raise ValueError(f"--vary takes FIELD=V1,V2,... with FIELD an integer field of the "
+                             f"configuration other than rows/cols (e.g. w_bits=6,8), not "
+                             f"{item!r}")
+        try:
+            axes.append([(name, int(v)) for v in values.split(",")])
+        except ValueError:
+            raise ValueError(f"--vary {name} takes integers, not {values!r}") from None
+    return [dict(combo) for combo in itertools.product(*axes)]
+
+
+def sweep(spec, base_cfg, arrays, layer, *, variants=({},), jobs: int | None = None,
+          sim: str = "verilator", out_dir, log=print) -> list:
+    """Sweep ``arrays`` (times each dict of field changes in ``variants``) on board ``spec``
+    from ``base_cfg``; return one dict per point."""
+    from hw.core import AttentionCore
+
     say = log or (lambda line: None)
     out_dir = Path(out_dir)
     base_cfg.check_shape(*layer)
-    configs = []
-    for rows, cols in arrays:
-        cfg = base_cfg.replace(rows=rows, cols=cols, name=f"{base_cfg.name}_{rows}x{cols}")
-        from hw.core import AttentionCore
-        AttentionCore(cfg)._MustUse__silence = True         # parameter errors before building
-        configs.append(cfg)
+    configs, labels = [], {}
+    for changes in variants:
+        for rows, cols in arrays:
+            suffix = "".join(f"_{k}{v}" for k, v in changes.items())
+            cfg = base_cfg.replace(rows=rows, cols=cols, **changes,
+                                   name=f"{base_cfg.name}_{rows}x{cols}{suffix}")
+            AttentionCore(cfg)._MustUse__silence = True     # parameter errors before building
+            configs.append(cfg)
+            labels[cfg.name] = " ".join([f"{rows}x{cols}"]
+                                        + [f"{k}={v}" for k, v in changes.items()])
     jobs = jobs or os.cpu_count() or 1
     say(f"attn sweep: {len(configs)} builds on {spec.family} ({jobs} at a time), then "
         f"{len(configs)} simulations of L={layer[0]} D={layer[1]} H={layer[2]} on {sim}")
     synth = {}
     start = time.monotonic()
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_synth_point, spec.family, cfg.to_dict(), f"sweep_{cfg.name}",
-                               spec.clock_mhz * 2, str(out_dir / "synth" / cfg.name)): cfg
+        futures = {pool.submit(_synth_point, spec.name, cfg.to_dict(), f"sweep_{cfg.name}",
+                               str(out_dir / "synth" / cfg.name)): cfg
                    for cfg in configs}
         for done, future in enumerate(as_completed(futures), 1):
             cfg = futures[future]
             report = future.result()
             synth[cfg.name] = report
             if "build_error" in report:
-                say(f"attn sweep: [{done}/{len(configs)}] {cfg.rows}x{cfg.cols}: the build "
+                say(f"attn sweep: [{done}/{len(configs)}] {labels[cfg.name]}: the build "
                     f"failed: {report['build_error']}")
                 continue
             fmax = f"{report['fmax_mhz']:.1f} MHz" if report["fmax_mhz"] else "no fmax"
-            say(f"attn sweep: [{done}/{len(configs)}] {cfg.rows}x{cfg.cols} built in "
+            say(f"attn sweep: [{done}/{len(configs)}] {labels[cfg.name]} built in "
                 f"{report['seconds']:.0f} s: {report['lut']:,}/{report['lut_total']:,} logic, "
                 f"{report['dsp']}/{report['dsp_total']} DSP, "
                 f"{'fits' if report['routed'] else 'does NOT fit'}, {fmax} "
@@ -144,14 +167,14 @@ def sweep(spec, base_cfg, arrays, layer, *, jobs: int | None = None, sim: str = 
         fmax = report["fmax_mhz"] if report["routed"] else None
         latency_us = cycles / fmax if fmax else None
         points.append(dict(
-            array=f"{cfg.rows}x{cfg.cols}", rows=cfg.rows, cols=cfg.cols, pes=cfg.pes,
+            array=labels[cfg.name], rows=cfg.rows, cols=cfg.cols, pes=cfg.pes,
             logic=report["lut"], logic_total=report["lut_total"], ff=report["ff"],
             dsp=report["dsp"], dsp_total=report["dsp_total"], bram=report["bram"],
             bram_total=report["bram_total"], fits=bool(report["routed"]), fmax_mhz=fmax,
             cycles=cycles, utilization=ideal / cycles, latency_us=latency_us,
             layers_per_s=1e6 / latency_us if latency_us else None,
             build_seconds=report["seconds"], config=cfg.to_dict()))
-        say(f"attn sweep: [{index}/{len(configs)}] {cfg.rows}x{cfg.cols} simulated: "
+        say(f"attn sweep: [{index}/{len(configs)}] {labels[cfg.name]} simulated: "
             f"{cycles:,} cycles ({ideal / cycles:.1%} utilization)")
     for point, front in zip(points, pareto_front(points), strict=True):
         point["pareto"] = front

@@ -6,7 +6,7 @@ import pytest
 
 from attn import preset
 from attn.cli import main
-from attn.sweep import pareto_front, parse_arrays, sweep, write_sweep
+from attn.sweep import pareto_front, parse_arrays, parse_vary, sweep, write_sweep
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -16,6 +16,17 @@ def test_parse_arrays():
     for bad in ("2x", "x4", "2*2", "0x4", "2x2,,4x4"):
         with pytest.raises(ValueError, match="ROWSxCOLS"):
             parse_arrays(bad)
+
+
+def test_parse_vary():
+    cfg = preset("default")
+    assert parse_vary([], cfg) == [{}]
+    assert parse_vary(["w_bits=6,8", "prob_bits=10,12"], cfg) == [
+        {"w_bits": 6, "prob_bits": 10}, {"w_bits": 6, "prob_bits": 12},
+        {"w_bits": 8, "prob_bits": 10}, {"w_bits": 8, "prob_bits": 12}]
+    for bad in ("rows=2,4", "colour=1", "w_bits", "exp_mode=1", "w_bits=6,x"):
+        with pytest.raises(ValueError, match="--vary"):
+            parse_vary([bad], cfg)
 
 
 def _point(array, logic, rate, fits=True):
@@ -57,6 +68,8 @@ def test_cli_errors(capsys):
     assert "power of two" in capsys.readouterr().err
     assert main(["sweep", "--board", "ulx3s", "--layer", "128x64x4"]) == 2
     assert "sequence length" in capsys.readouterr().err
+    assert main(["sweep", "--board", "ulx3s", "--vary", "w_bits=40"]) == 2
+    assert "w_bits" in capsys.readouterr().err
 
 
 @pytest.mark.slow
