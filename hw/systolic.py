@@ -49,7 +49,7 @@ Latency
 -------
 From the cycle a ``last`` beat is accepted to the cycle row 0 of its result is first valid on
 ``o_stream`` (no stalls): ``C + Lm + 4`` cycles, row ``r`` ``r`` cycles later (:attr:`latency`),
-``Lm`` being the multiplier latency (0 inferred, 3 registered ECP5 DSP).
+``Lm`` being the multiplier latency (0 inferred, 4 registered ECP5 DSP).
 """
 
 from __future__ import annotations

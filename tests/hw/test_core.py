@@ -198,3 +198,11 @@ def test_core_probabilities_probe(units):
                         name=f"core_probs_{units}", record_probs=True)
     assert_equal("softmax probabilities", expected.probs, run.probs)
     assert_equal("core output y", expected.y, run.y)
+
+
+def test_core_with_registered_dsps():
+    """The ECP5 registered-DSP latency (behavioural model) through the whole core."""
+    cfg = preset("tiny").replace(dsp="ecp5_registered")
+    qm, xi, expected = layer(cfg, 7, 12, 2, seed=5, causal=True)
+    run = simulate_core(cfg, qm, xi, causal=True, stall=0.3, name="core_registered_dsp")
+    assert_equal("core output y", expected.y, run.y)

@@ -96,11 +96,11 @@ def test_random_tiles(rows, cols, stall_in, stall_out):
 @pytest.mark.parametrize("stall_in,stall_out", [(0.0, 0.0), (0.5, 0.7)])
 @pytest.mark.parametrize("rows,cols", [(2, 3), (4, 4)])
 def test_registered_dsp_model(rows, cols, stall_in, stall_out):
-    """The ECP5 registered-DSP timing (latency 3) through its behavioural model; the 4x4 runs
+    """The ECP5 registered-DSP timing (latency 4) through its behavioural model; the 4x4 runs
     use one accumulator register (``split_acc=False``)."""
     cfg = config(rows, cols, dsp="ecp5_registered")
     dut = SystolicArray.from_config(cfg, split_acc=rows != 4)
-    assert dut.mult_latency == 3
+    assert dut.mult_latency == 4
     tiles = random_tiles(cfg, 200, seed=7 + rows)
     run_tiles(dut, tiles, stall_in, stall_out, f"systolic_reg_{rows}x{cols}_{stall_in}")
 
