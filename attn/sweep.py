@@ -9,7 +9,9 @@ and the attention core of the board's preset with that array and the given overr
 - simulated on a layer shape (Verilator when available, else the Amaranth simulator), checked
   bit-exact against golden/: cycles and MAC utilization.
 
-Throughput is layers per second at the achieved fmax. A point is on the Pareto front if no
+A build is reused when its folder holds the result of the same configuration (``result.json``),
+so a sweep can be extended or rerun without rebuilding. Throughput is layers per second at the
+achieved fmax. A point is on the Pareto front if no
 other fitting point has at most its logic and more throughput. :func:`write_sweep` writes
 ``sweep.json``, ``sweep.md`` and ``sweep.png`` (throughput against logic, front highlighted).
 """
@@ -68,6 +70,14 @@ def _synth_point(board, cfg_dict, name, build_dir):
 
     spec = board_spec(board)
     cfg = AttnConfig.from_dict(cfg_dict)
+    cache = Path(build_dir) / "result.json"
+    if cache.exists():                 # an earlier sweep built this very configuration
+        try:
+            cached = json.loads(cache.read_text())
+            if cached.get("config") == cfg_dict:
+                return cached["report"]
+        except (OSError, ValueError, KeyError):
+            pass
     try:
         report = build_top(BoardTop(spec, cfg), family=spec.family, name=name, dsp=True,
                            check=False, build_dir=build_dir, platform=spec.platform(),
@@ -77,7 +87,9 @@ def _synth_point(board, cfg_dict, name, build_dir):
         lines = rpt.read_text(errors="replace").splitlines() if rpt.exists() else []
         return {"build_error": next((line for line in lines if line.startswith("ERROR")),
                                     "Yosys failed")}
-    return report.as_dict()
+    result = report.as_dict()
+    cache.write_text(json.dumps({"config": cfg_dict, "report": result}, default=float))
+    return result
 
 
 def _cycles(cfg, layer, sim):
