@@ -40,6 +40,9 @@ def cmd_run(args) -> int:
 
     if is_quantized(args.model):                # made by attn import: no new calibration
         model, cfg, mha = load_quantized(args.model)
+        if args.heads is not None and args.heads != mha.num_heads:
+            raise InputError(f"{args.model} was quantized with {mha.num_heads} heads, not "
+                             f"--heads {args.heads}")
         x, mask = load_input(args.input, mha.d_model)
         if args.preset is not None and preset(args.preset).to_dict() | {"name": cfg.name} \
                 != cfg.to_dict():
@@ -201,44 +204,69 @@ def cmd_import(args) -> int:
 
     from .importer import (
         accuracy,
+        check_outputs,
+        format_table,
+        import_config,
         load_calibration,
         quantize_model,
         save_quantized,
         write_accuracy_report,
     )
 
-    mha = load_model(args.model, heads=args.heads)
-    xs = load_calibration(args.calib, mha.d_model)
-    longest = max(len(x) for x in xs)
-    if args.preset is None:
-        cfg = preset("default").fitted(longest, mha.d_model, int(mha.num_heads))
-    else:
-        cfg = preset(args.preset)
-        cfg.check_shape(longest, mha.d_model, int(mha.num_heads))
     report_dir = Path(args.report_dir or Path(args.output).with_suffix("").as_posix()
                       + "_report")
-    model = quantize_model(cfg, mha, xs)
+    check_outputs(args.output, report_dir)
+    if args.backend == "board" and not args.port:
+        raise InputError("--backend board needs the board's serial port: --port PORT")
+    mha = load_model(args.model, heads=args.heads)
+    xs = load_calibration(args.calib, mha.d_model)
+    if not 0 <= args.holdout < len(xs):
+        raise InputError(f"--holdout must be in 0..{len(xs) - 1} for the {len(xs)} "
+                         f"sequence(s) of {args.calib}, not {args.holdout}")
+    calib, held = (xs[:len(xs) - args.holdout], xs[len(xs) - args.holdout:]) \
+        if args.holdout else (xs, xs)
+    if args.backend == "board" and args.preset is None:
+        from .remote import board_config
+        cfg = board_config(args.port, baud=args.baud)       # the bitstream's configuration
+        cfg.check_shape(max(len(x) for x in xs), mha.d_model, int(mha.num_heads))
+    else:
+        cfg = import_config(mha, xs, args.preset)
+    model = quantize_model(cfg, mha, calib)
 
-    def progress(line):
-        if not args.quiet:
-            print(f"attn import: {line}", file=sys.stderr)
+    counting = []                        # a cycle count line is open on stderr
 
-    stats = accuracy(cfg, model, mha, xs, args.backend, progress=progress)
-    save_quantized(args.output, model, cfg, mha)
+    def progress(done, ideal=None):
+        if args.quiet:
+            return
+        if isinstance(done, str):
+            print(("\n" if counting else "") + f"attn import: {done}", file=sys.stderr)
+            counting.clear()
+        else:
+            print(f"\rattn import: {done:,} cycles simulated (ideal run: {ideal:,})", end="",
+                  file=sys.stderr, flush=True)
+            counting.append(True)
+
+    options = {"port": args.port, "baud": args.baud} if args.backend == "board" else {}
+    stats = accuracy(cfg, model, mha, held, args.backend, progress=progress,
+                     measured_on="held-out" if args.holdout else "calibration", **options)
     paths = write_accuracy_report(stats, report_dir)
-    print(f"attn import: wrote {args.output} (configuration {cfg.name!r}); accuracy of "
-          f"{args.backend} against {stats['reference']} over {stats['sequences']} "
-          f"sequence(s): relative error {stats['rel_error']:.3%} (max "
-          f"{stats['rel_error_max']:.3%}), max abs error {stats['max_abs_error']:.4g}, "
-          f"probabilities within {stats['prob_lsb_error_max']:.2f} LSB (mean "
-          f"{stats['prob_lsb_error_mean']:.3f}); report {paths['md']}, {paths['png']}")
+    if not stats["exact_vs_golden"]:
+        print(f"attn import: error: the {args.backend} output differs from golden/ on "
+              f"sequence(s) {stats['mismatches']}; report {paths['md']}", file=sys.stderr)
+        return 1
+    save_quantized(args.output, model, cfg, mha)
+    print(f"attn import: wrote {args.output} (configuration {cfg.name!r}, calibrated on "
+          f"{len(calib)} sequence(s))\naccuracy of {args.backend} on {stats['sequences']} "
+          f"{stats['measured_on']} sequence(s), against {stats['reference']}:\n")
+    print(format_table(stats))
+    print(f"\nattn import: report {paths['md']}, {paths['json']}, {paths['png']}")
     return 0
 
 
 def cmd_report(args) -> int:
     from .report import make_report
 
-    path = make_report(args.build, args.out)
+    path = make_report(args.build, args.out, bench_dir=args.bench_dir)
     print(f"attn report: wrote {path}")
     return 0
 
@@ -320,7 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where the accuracy runs execute (default golden)")
     imp.add_argument("--report-dir", default=None, metavar="DIR",
                      help="accuracy.md/json/png folder (default: OUT_report)")
+    imp.add_argument("--holdout", type=int, default=0, metavar="K",
+                     help="keep the last K sequences out of the calibration and measure the "
+                     "accuracy on them (default 0: measure on the calibration sequences)")
     imp.add_argument("--quiet", action="store_true", help="no progress output")
+    _board_arguments(imp)
     imp.set_defaults(func=cmd_import)
 
     verilog = sub.add_parser("verilog", help="write synthesizable Verilog of the core",
@@ -393,6 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "build/ into report.md with PNG plots.")
     report.add_argument("--build", default="build", metavar="DIR",
                         help="where the results are (default build)")
+    report.add_argument("--bench-dir", default=None, metavar="DIR",
+                        help="benchmark JSON folder (default BUILD/bench)")
     report.add_argument("--out", default="build/report", metavar="DIR",
                         help="output folder (default build/report)")
     report.set_defaults(func=cmd_report)

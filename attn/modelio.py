@@ -3,7 +3,8 @@
 MODEL files hold a PyTorch ``nn.MultiheadAttention`` state dict with PyTorch's key names and
 layout: ``in_proj_weight`` (3D x D), ``in_proj_bias`` (3D), ``out_proj.weight`` (D x D),
 ``out_proj.bias`` (D), plus ``num_heads`` (``.npz``; a ``.pt`` state dict needs torch and
-``num_heads`` from the file or ``--heads``).
+``num_heads`` from the file or ``--heads``). QUANTIZED model files, written by ``attn import``,
+are ``.npz`` files with a ``format`` key; :mod:`attn.importer` reads and writes them.
 
 INPUT files (``.npz``) hold ``x`` (L x D float) and optionally ``mask`` (L x L bool, True =
 masked, as PyTorch's boolean ``attn_mask``), ``key_padding_mask`` (L bool, True = padding) and

@@ -184,3 +184,28 @@ def test_quantized_model_round_trips(tmp_path):
     back = QuantizedMHA.load(tmp_path / "q.npz")
     assert np.array_equal(attention_int(cfg, back, xi).y, attention_int(cfg, qm, xi).y)
     assert back.s_x == qm.s_x
+
+
+def test_calibration_ranges_merge_by_maximum():
+    """calibrate() is calibrate_ranges() of measure_ranges(); ranges of several samples merge
+    by element-wise maximum, and their constants scale with the inputs."""
+    from golden.calibrate import calibrate_ranges, measure_ranges, merge_ranges
+
+    mha = random_layer(8, 2, seed=7)
+    rng = np.random.default_rng(8)
+    small, large = rng.normal(0, 0.5, (4, 8)), rng.normal(0, 4, (6, 8))
+    cfg = preset("default").fitted(6, 8, 2)
+    r_small, r_large = measure_ranges(mha, small), measure_ranges(mha, large)
+    assert r_small["x"] == np.abs(small).max() and r_small["q"].shape == (2,)
+    merged = merge_ranges([r_small, r_large])
+    for key in merged:
+        assert np.array_equal(merged[key], np.maximum(r_small[key], r_large[key])), key
+    assert calibrate_ranges(cfg, mha, merged).s_x == calibrate(cfg, mha, large).s_x
+    one = calibrate(cfg, mha, small)
+    again = calibrate_ranges(cfg, mha, r_small)
+    assert all(np.array_equal(getattr(one, f), getattr(again, f)) for f in ("w_in", "in_mult",
+                                                                             "s_q", "s_y"))
+    with pytest.raises(ValueError, match="no calibration samples"):
+        merge_ranges([])
+    with pytest.raises(ValueError, match="NaN"):
+        measure_ranges(mha, np.full((2, 8), np.nan))
