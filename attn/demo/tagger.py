@@ -22,7 +22,7 @@ from golden import FloatMHA, calibrate, dequantize_output, mha_float, quantize_i
 
 from . import grammar
 
-__all__ = ["Tagger", "TagResult", "WEIGHTS", "UnknownWords"]
+__all__ = ["Tagger", "TagResult", "WEIGHTS", "UnknownWords", "run_attention"]
 
 #: The committed weights (written by ``python -m attn.demo.train``).
 WEIGHTS = Path(__file__).with_name("tagger.npz")
@@ -118,22 +118,15 @@ class Tagger:
         """Tag ``sentence`` with the attention layer on ``backend``."""
         from golden import attention_int
 
-        from ..backends import run_backend
-
         words = self.words_of(sentence)
         cfg.check_shape(len(words), self.mha.d_model, int(self.mha.num_heads))
         x = self.embed_words(words)
         model = self.quantized(cfg)
         x_int = quantize_input(x, model, cfg)
         golden = attention_int(cfg, model, x_int, None)
-        probs, from_hw = None, False
-        if backend == "amaranth":
-            from sim.core_sim import simulate_core
-            run = simulate_core(cfg, model, x_int, name="demo", record_probs=True)
-            y_int, probs, cycles, from_hw = run.y, run.probs, run.cycles, True
-        else:
-            result = run_backend(backend, cfg, model, x_int, None, progress=progress, **options)
-            y_int, cycles = result.y_int, result.cycles
+        y_int, probs, cycles = run_attention(cfg, model, x_int, backend, progress=progress,
+                                             **options)
+        from_hw = probs is not None
         if probs is None:
             probs = golden.probs
         y = dequantize_output(y_int, model)
@@ -146,3 +139,20 @@ class Tagger:
             max_error=float(np.abs(err).max()),
             golden_equal=bool(np.array_equal(y_int, golden.y)
                               and np.array_equal(probs, golden.probs)))
+
+
+def run_attention(cfg, model, x_int, backend: str, port=None, *, progress=None, **options):
+    """Run the quantized layer ``model`` on ``x_int`` on ``backend``; return ``(y_int, probs,
+    cycles)``. ``probs`` are the softmax units' outputs as the core computed them (Amaranth
+    simulation only), else ``None``; ``cycles`` is ``None`` where the backend has none. Every
+    other backend (icarus, verilator, cosim, board) goes through
+    :func:`attn.backends.run_backend`."""
+    if backend == "amaranth":
+        from sim.core_sim import simulate_core
+        run = simulate_core(cfg, model, x_int, name="demo", record_probs=True)
+        return run.y, run.probs, run.cycles
+    from ..backends import run_backend
+    if port is not None:
+        options["port"] = port
+    result = run_backend(backend, cfg, model, x_int, None, progress=progress, **options)
+    return result.y_int, None, result.cycles

@@ -23,6 +23,8 @@ from . import grammar
 from .tagger import WEIGHTS
 
 D_MODEL, HEADS = 16, 2
+#: The defaults that wrote the committed ``tagger.npz`` (its ``epochs`` and ``seed`` record them).
+EPOCHS, SENTENCES, SEED = 20, 4000, 0
 
 
 def _batches(sentences, vocab, tags, max_words):
@@ -37,7 +39,7 @@ def _batches(sentences, vocab, tags, max_words):
     return ids, labels, pad
 
 
-def train(*, epochs: int = 40, sentences: int = 4000, seed: int = 0, log=print) -> dict:
+def train(*, epochs: int = EPOCHS, sentences: int = SENTENCES, seed: int = SEED, log=print) -> dict:
     """Train; return the arrays of the weights file."""
     try:
         import torch
@@ -117,9 +119,9 @@ def train(*, epochs: int = 40, sentences: int = 4000, seed: int = 0, log=print) 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Train the demo tagger.")
     parser.add_argument("--out", default=str(WEIGHTS), help=f"weights file (default {WEIGHTS})")
-    parser.add_argument("--epochs", type=int, default=40)
-    parser.add_argument("--sentences", type=int, default=4000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--sentences", type=int, default=SENTENCES)
+    parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
     arrays = train(epochs=args.epochs, sentences=args.sentences, seed=args.seed)
     out = Path(args.out)

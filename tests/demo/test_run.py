@@ -35,6 +35,7 @@ def test_cli_demo(tmp_path, capsys):
 @pytest.mark.parametrize("backend", ["cosim"])
 def test_demo_on_the_cosimulated_device(tmp_path, backend):
     """The same tags through the whole device, UART included."""
-    results = run_demo(["I saw a saw"], backend=backend, out_dir=tmp_path, out=io.StringIO(),
-                       quiet=True)
+    out = io.StringIO()
+    results = run_demo(["I saw a saw"], backend=backend, out_dir=tmp_path, out=out, quiet=True)
     assert results[0].tags == ["PRON", "VERB", "DET", "NOUN"] and results[0].golden_equal
+    assert not results[0].probs_from_hardware and "the maps show golden's" in out.getvalue()

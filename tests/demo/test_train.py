@@ -26,3 +26,16 @@ def test_committed_weights_record_their_training():
     with np.load(Tagger().__class__.__init__.__globals__["WEIGHTS"]) as f:
         assert float(f["accuracy_ambiguous"]) >= 0.99
         assert int(f["epochs"]) > 0
+
+
+@pytest.mark.slow
+def test_default_training_reproduces_the_committed_weights(tmp_path):
+    """``python -m attn.demo.train`` rewrites the committed file with the same numbers
+    (same torch build; float results may differ across torch versions or CPUs)."""
+    from attn.demo.tagger import WEIGHTS
+    out = tmp_path / "t.npz"
+    assert main(["--out", str(out)]) == 0
+    with np.load(out) as new, np.load(WEIGHTS) as old:
+        assert sorted(new.files) == sorted(old.files)
+        for key in old.files:
+            assert np.array_equal(new[key], old[key]), key
