@@ -151,11 +151,11 @@ def _synth_table():
             ice, out_bits=ice.qkv_bits, multiplier="shift_add")),
         "ice40_requant_infer_lut": ("ice40", 60, False, lambda: Requantizer.from_config(
             ice, out_bits=ice.qkv_bits, multiplier="infer")),
-        "ecp5_array_12x12_registered": ("ecp5", 160, None,
-                                        lambda: SystolicArray.from_config(ulx)),
+        "ecp5_array_12x12_registered": ("ecp5", 130, None, lambda: SystolicArray.from_config(
+            ulx.replace(rows=12, cols=12))),
         "ecp5_array_8x8_infer": ("ecp5", 120, None, lambda: SystolicArray.from_config(
             _config((8, 8)))),
-        "ecp5_array_8x8_registered": ("ecp5", 160, None, lambda: SystolicArray.from_config(
+        "ecp5_array_8x8_registered": ("ecp5", 130, None, lambda: SystolicArray.from_config(
             _config((8, 8), "ecp5_registered"))),
         "ecp5_requant_infer": ("ecp5", 160, None, lambda: Requantizer.from_config(
             ulx, out_bits=ulx.qkv_bits, multiplier="infer")),

@@ -7,15 +7,21 @@ flags ``ctl = {valid, first, last}`` arrive already delayed by ``Lm`` relative t
 (the array does that once per row), so the flags in the PE's own ``ctl`` register always
 describe the product currently at the multiplier output::
 
-    a_in ──► [a] ──────────────────────────► a_out        acc <= first ? p : acc + p
-               │                                          (only when en & valid)
-    b_in ──► [b] ──► b_out                                done <= valid & last
-               └──► Multiplier (Lm) ──► p ──► [acc]
-    ctl_in ─► [ctl] ──────────────────────► ctl_out
+    a_in ──► [a] ──────────────────────────► a_out      sum  = run + p
+               │                                        run    <= 0 if next step is first
+    b_in ──► [b] ──► b_out                                        else sum (valid steps)
+               └──► Multiplier (Lm) ──► p ──► (+) ─►[run]  result <= sum if last else 0
+    ctl_in ─► [ctl] ──────────────────────► ctl_out    done   <= last
+
+The running sum is cleared one cycle *ahead*, when the next step (``ctl_in``) is a valid
+``first``: the clear is a synchronous reset of the ``run`` register, so no flag sits in the
+accumulate loop (register, carry chain, register). A separate ``result`` register takes the
+finished sum and is zero in every other cycle, so the array drains a column by OR-ing its PEs.
 
 In the enabled cycle after the ``last`` product of a tile, ``done`` is high for exactly one
-enabled cycle and ``acc`` holds the finished dot product; the next tile's ``first`` product may
-arrive in that same cycle (it overwrites ``acc`` at its end), so tiles follow back to back.
+enabled cycle and ``acc`` holds the finished dot product (``acc`` is 0 whenever ``done`` is
+low); the next tile's ``first`` product may arrive in that same cycle, so tiles follow back to
+back.
 """
 
 from __future__ import annotations
@@ -44,21 +50,23 @@ class ProcessingElement(wiring.Component):
     dsp : str
         Multiplier style of :class:`hw.dsp.Multiplier`: ``"infer"`` or ``"ecp5_registered"``.
     split_acc : bool
-        Keep the accumulator as two halves with a registered carry between them (the
+        Keep the running sum as two halves with a registered carry between them (the
         accumulate loop's carry chain is half as long: iCE40 timing); ``acc`` adds the pending
         carry back, so the result is the same.
 
     Members
     -------
     en : In(1)
-        Global enable: nothing changes while it is low.
+        Enable: nothing changes while it is low (the array ties it high).
     a_in, b_in : In(signed(a_bits)), In(signed(b_bits))
     ctl_in : In(CONTROL)
         Flags of the product that reaches the accumulator ``latency + 1`` enabled cycles later.
+        Every tile starts with a ``first`` step and ends with a ``last`` step; ``first`` and
+        ``last`` are set only on ``valid`` steps.
     a_out, b_out, ctl_out : Out
         The registered inputs, for the right and bottom neighbours.
     acc : Out(signed(acc_bits))
-        The accumulated value.
+        The finished tile result while ``done`` is high, 0 otherwise.
     done : Out(1)
         High for one enabled cycle when ``acc`` holds a finished tile result.
     """
@@ -101,32 +109,51 @@ class ProcessingElement(wiring.Component):
         done = Signal()
         with m.If(self.en):
             m.d.sync += [a_reg.eq(self.a_in), b_reg.eq(self.b_in), ctl.eq(self.ctl_in),
-                         done.eq(ctl.valid & ctl.last)]
+                         done.eq(ctl.last)]
         product = Signal(signed(self.acc_bits))
         m.d.comb += product.eq(mult.p)
-        accumulate = self.en & ctl.valid
+        # Flags straight from registers to flip-flop controls: ``clear`` (the next step
+        # starts a tile) is the synchronous reset of the running sum, ``finish`` (the product
+        # now at the multiplier ends a tile) keeps the result register out of its reset.
+        clear, finish = self.ctl_in.first, ctl.last
 
         if self.split_acc:
             # Two halves with the carry between them registered: the loop's carry chain is
             # half as long. The pending carry is added back on the way out.
             low_bits = self.acc_bits // 2
+            high_shape = signed(self.acc_bits - low_bits)
             low = Signal(low_bits, reset_less=True)
-            high = Signal(signed(self.acc_bits - low_bits), reset_less=True)
+            high = Signal(high_shape, reset_less=True)
             carry = Signal(reset_less=True)
             low_sum = Signal(low_bits + 1)
-            m.d.comb += low_sum.eq(Mux(ctl.first, 0, low) + product[:low_bits])
-            with m.If(accumulate):
-                m.d.sync += [low.eq(low_sum[:low_bits]), carry.eq(low_sum[low_bits])]
-                with m.If(ctl.first):
-                    m.d.sync += high.eq(product[low_bits:].as_signed())
-                with m.Else():
-                    m.d.sync += high.eq(high + product[low_bits:].as_signed() + carry)
-            m.d.comb += self.acc.eq(Cat(low, high + carry))
+            high_sum = Signal(high_shape)
+            m.d.comb += [low_sum.eq(low + product[:low_bits]),
+                         high_sum.eq(high + product[low_bits:].as_signed() + carry)]
+            r_low = Signal(low_bits)
+            r_high = Signal(high_shape)
+            r_carry = Signal()
+            with m.If(self.en):
+                with m.If(clear):
+                    m.d.sync += [low.eq(0), high.eq(0), carry.eq(0)]
+                with m.Elif(ctl.valid):
+                    m.d.sync += [low.eq(low_sum[:low_bits]), carry.eq(low_sum[low_bits]),
+                                 high.eq(high_sum)]
+                m.d.sync += [r_low.eq(Mux(finish, low_sum[:low_bits], 0)),
+                             r_carry.eq(finish & low_sum[low_bits]),
+                             r_high.eq(Mux(finish, high_sum, 0))]
+            m.d.comb += self.acc.eq(Cat(r_low, r_high + r_carry))
         else:
-            acc = Signal(signed(self.acc_bits), reset_less=True)
-            with m.If(accumulate):
-                m.d.sync += acc.eq(Mux(ctl.first, 0, acc) + product)
-            m.d.comb += self.acc.eq(acc)
+            run = Signal(signed(self.acc_bits), reset_less=True)
+            total = Signal(signed(self.acc_bits))
+            result = Signal(signed(self.acc_bits))
+            m.d.comb += total.eq(run + product)
+            with m.If(self.en):
+                with m.If(clear):
+                    m.d.sync += run.eq(0)
+                with m.Elif(ctl.valid):
+                    m.d.sync += run.eq(total)
+                m.d.sync += result.eq(Mux(finish, total, 0))
+            m.d.comb += self.acc.eq(result)
 
         m.d.comb += [
             mult.en.eq(self.en), mult.a.eq(a_reg), mult.b.eq(b_reg),

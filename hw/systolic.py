@@ -18,37 +18,42 @@ accumulator (output-stationary). Row ``r`` of the input is delayed by ``r`` cycl
           │    │    │
     a1 ─►[d]►PE──►PE──►PE
           │    │    │
-          ▼    ▼    ▼            each column: one-hot select of the PE whose tile just finished
-        [sel][sel][sel]          (done) -> column register
+          ▼    ▼    ▼            each column: OR of its PEs' results (only the PE whose tile
+        [ OR][ OR][ OR]          just finished has a non-zero one) -> column register
         [d d][d]  │              column c delayed C-1-c more cycles: one aligned row per cycle
           └────┴───┴──► output FIFO ──► o_stream (one row of C results per beat)
 
-A PE's accumulator holds a finished result for exactly one cycle, the cycle after its ``last``
-product (the next tile's ``first`` product overwrites it at the end of that cycle). Finished
+A PE's result register holds a finished result for exactly one cycle, the cycle after its
+``last`` product, and 0 in every other cycle (:class:`hw.pe.ProcessingElement`). Finished
 results of row ``r`` appear in column ``c`` at cycle ``T + r + c`` (``T`` when the last step was
 accepted): each column sees at most one finished PE per cycle, and the rows of one tile leave
-the array one per cycle, in order ``0 .. R-1``, with no extra result registers.
+the array one per cycle, in order ``0 .. R-1``.
 
 Throughput
 ----------
 Tiles need no fill or drain gap: the next tile accumulates while the previous one leaves. For
-``K >= R`` the array accepts one step per cycle forever. Two tiles whose ``last`` steps are
-fewer than ``R`` cycles apart would finish two rows of one column in the same cycle, so the
-input holds a ``last`` beat until ``R`` cycles have passed since the previous one; tiles with
-``K < R`` therefore take ``R`` cycles each (utilization ``K / R``).
+``K >= R`` the array accepts one step per cycle forever (if the consumer keeps up). Two tiles
+whose ``last`` steps are fewer than ``R`` cycles apart would finish two rows of one column in
+the same cycle, so the input holds a ``last`` beat until ``R`` cycles have passed since the
+previous one; tiles with ``K < R`` therefore take ``R`` cycles each (utilization ``K / R``).
 
 Backpressure
 ------------
-One global enable ``en`` freezes every register of the array (and the registered multipliers)
-when the output FIFO could overflow. ``en`` is a register computed from the FIFO occupancy, so
-neither ``o_stream.ready`` nor the FIFO level reaches the array's clock enables through logic.
-Input bubbles (``i_stream.valid`` low) enter the array as invalid steps and do not stop it, so
-finished tiles always drain.
+Nothing in the array ever stops: it has no global enable (a net reaching every register and
+DSP clock enable limits the clock and the routing of large arrays). Instead a tile's ``last``
+beat is taken only when the output FIFO has room *reserved* for all ``R`` result rows of the
+tile: ``reserved`` counts the rows in the FIFO plus the rows of accepted tiles still in the
+array, grows by ``R`` when a ``last`` beat is taken and shrinks by one per row read. Other beats
+never wait for the output: a tile whose ``last`` beat waits keeps its partial sums in place.
+With the default FIFO depth (``latency + R`` rows) a consumer that is always ready never holds
+up the input; a smaller FIFO (at least ``R`` rows) only lowers the throughput. Input bubbles
+(``i_stream.valid`` low) enter the array as invalid steps.
 
 Latency
 -------
 From the cycle a ``last`` beat is accepted to the cycle row 0 of its result is first valid on
-``o_stream`` (no stalls): ``C + Lm + 4`` cycles, row ``r`` ``r`` cycles later (:attr:`latency`),
+``o_stream`` (no stalls): ``C + Lm + 4`` cycles with the block-RAM output FIFO, ``C + Lm + 3``
+with the LUT-RAM one (no output register), row ``r`` ``r`` cycles later (:attr:`latency`),
 ``Lm`` being the multiplier latency (0 inferred, 4 registered ECP5 DSP).
 """
 
@@ -56,7 +61,8 @@ from __future__ import annotations
 
 import numpy as np
 from amaranth import Module, Mux, Signal, signed
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .dsp import DSP_LATENCY, check_bits
@@ -80,12 +86,11 @@ def output_layout(cols: int, acc_bits: int) -> data.StructLayout:
     return data.StructLayout({"acc": data.ArrayLayout(signed(acc_bits), cols), "last": 1})
 
 
-def _delay(m, value, stages: int, en, name: str, shape, reset_less: bool = True):
-    """``value`` delayed by ``stages`` enabled cycles through a chain of registers."""
+def _delay(m, value, stages: int, name: str, shape, reset_less: bool = True):
+    """``value`` delayed by ``stages`` cycles through a chain of registers."""
     for i in range(stages):
         reg = Signal(shape, name=f"{name}_d{i}", reset_less=reset_less)
-        with m.If(en):
-            m.d.sync += reg.eq(value)
+        m.d.sync += reg.eq(value)
         value = reg
     return value
 
@@ -105,10 +110,20 @@ class SystolicArray(wiring.Component):
         Signed accumulator and result width (``>= a_bits + b_bits``).
     dsp : str
         ``"infer"`` or ``"ecp5_registered"`` (:class:`hw.dsp.Multiplier`).
-    fifo_depth : int
-        Result rows the output FIFO holds (``>= 3``; 3 or more sustain one row per cycle).
-    split_acc : bool
+    fifo_depth : int or None
+        Result rows the output FIFO holds (``>= rows``). ``None``: ``latency + rows``, the
+        least with which an always-ready consumer never holds up the input (see
+        Backpressure).
+    split_acc : bool or None
         Accumulators as two halves with a registered carry (:class:`hw.pe.ProcessingElement`).
+        ``None``: split except with ``"ecp5_registered"`` (ECP5 carry chains are fast enough
+        for one accumulator, and the split would put an adder on the drain path).
+    lutram_fifo : bool or None
+        Read the output FIFO asynchronously from LUT RAM, with no output register: the
+        payload needs no clock enable that depends on ``o_stream.ready``, whose fan-out to a
+        whole result row limited the ECP5 12×12 array to 107 MHz. ``False``: a synchronous
+        read port with an output register (block RAM; iCE40 has no LUT RAM). ``None``: LUT
+        RAM with ``"ecp5_registered"``, else block RAM.
 
     Members
     -------
@@ -128,7 +143,8 @@ class SystolicArray(wiring.Component):
     """
 
     def __init__(self, *, rows: int, cols: int, a_bits: int, b_bits: int, acc_bits: int,
-                 dsp: str = "infer", fifo_depth: int = 4, split_acc: bool = True):
+                 dsp: str = "infer", fifo_depth: int | None = None,
+                 split_acc: bool | None = None, lutram_fifo: bool | None = None):
         check_bits("rows", rows, 1)
         check_bits("cols", cols, 1)
         check_bits("a_bits", a_bits, 2)
@@ -136,13 +152,18 @@ class SystolicArray(wiring.Component):
         check_bits("acc_bits", acc_bits, a_bits + b_bits)
         if dsp not in DSP_LATENCY:
             raise ValueError(f"dsp must be one of {', '.join(DSP_LATENCY)}, not {dsp!r}")
-        check_bits("fifo_depth", fifo_depth, 3)
-        if not isinstance(split_acc, bool):
-            raise TypeError(f"split_acc must be a bool, not {split_acc!r}")
-        self.split_acc = split_acc
+        if fifo_depth is not None:
+            check_bits("fifo_depth", fifo_depth, rows)
+        if split_acc is not None and not isinstance(split_acc, bool):
+            raise TypeError(f"split_acc must be a bool or None, not {split_acc!r}")
+        if lutram_fifo is not None and not isinstance(lutram_fifo, bool):
+            raise TypeError(f"lutram_fifo must be a bool or None, not {lutram_fifo!r}")
+        self.split_acc = dsp != "ecp5_registered" if split_acc is None else split_acc
+        self.lutram_fifo = dsp == "ecp5_registered" if lutram_fifo is None else lutram_fifo
         self.rows, self.cols = rows, cols
         self.a_bits, self.b_bits, self.acc_bits = a_bits, b_bits, acc_bits
-        self.dsp, self.fifo_depth = dsp, fifo_depth
+        self.dsp = dsp
+        self.fifo_depth = self.latency + rows if fifo_depth is None else fifo_depth
         self.i_layout = input_layout(rows, cols, a_bits, b_bits)
         self.o_layout = output_layout(cols, acc_bits)
         super().__init__({
@@ -165,7 +186,7 @@ class SystolicArray(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from accepting a tile's ``last`` beat to row 0 of its result on ``o_stream``."""
-        return self.cols + self.mult_latency + 4
+        return self.cols + self.mult_latency + (3 if self.lutram_fifo else 4)
 
     # -- stimulus and result helpers (pure Python; used by testbenches and benches) ----------
 
@@ -215,28 +236,30 @@ class SystolicArray(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         rows, cols, lm = self.rows, self.cols, self.mult_latency
+        depth = self.fifo_depth
 
-        en = Signal(init=1)  # global enable (a register: see "Backpressure")
-
-        # Input: hold a `last` beat until `rows` cycles have passed since the previous one.
+        # Input: a `last` beat waits until `rows` cycles have passed since the previous one and
+        # until the output FIFO has room reserved for all `rows` result rows of its tile.
         since_last = Signal(range(rows), init=rows - 1)
         gap_ok = Signal()
-        m.d.comb += gap_ok.eq(since_last == rows - 1)
+        reserved = Signal(range(depth + 1))  # rows in the FIFO + rows of accepted tiles
+        room = Signal()
+        m.d.comb += [gap_ok.eq(since_last == rows - 1), room.eq(reserved <= depth - rows)]
         i = self.i_stream
-        m.d.comb += i.ready.eq(en & (gap_ok | ~i.payload.last))
+        m.d.comb += i.ready.eq((gap_ok & room) | ~i.payload.last)
         take = Signal()
-        m.d.comb += take.eq(i.valid & i.ready)
-        with m.If(en):
-            with m.If(take & i.payload.last):
-                m.d.sync += since_last.eq(0)
-            with m.Elif(~gap_ok):
-                m.d.sync += since_last.eq(since_last + 1)
+        take_last = Signal()
+        m.d.comb += [take.eq(i.valid & i.ready), take_last.eq(take & i.payload.last)]
+        with m.If(take_last):
+            m.d.sync += since_last.eq(0)
+        with m.Elif(~gap_ok):
+            m.d.sync += since_last.eq(since_last + 1)
 
         step = Signal(CONTROL)
-        m.d.comb += [step.valid.eq(take), step.first.eq(i.payload.first),
-                     step.last.eq(i.payload.last)]
+        m.d.comb += [step.valid.eq(take), step.first.eq(take & i.payload.first),
+                     step.last.eq(take_last)]
 
-        # The array of PEs.
+        # The array of PEs; their enables are tied high (see "Backpressure").
         pes = [[ProcessingElement(a_bits=self.a_bits, b_bits=self.b_bits,
                                   acc_bits=self.acc_bits, dsp=self.dsp,
                                   split_acc=self.split_acc)
@@ -244,60 +267,83 @@ class SystolicArray(wiring.Component):
         for r in range(rows):
             for c in range(cols):
                 m.submodules[f"pe_{r}_{c}"] = pe = pes[r][c]
-                m.d.comb += pe.en.eq(en)
+                m.d.comb += pe.en.eq(1)
                 if c == 0:  # row skew: operands r cycles, flags r + Lm cycles
                     m.d.comb += [
-                        pe.a_in.eq(_delay(m, i.payload.a[r], r, en, f"skew_a{r}",
+                        pe.a_in.eq(_delay(m, i.payload.a[r], r, f"skew_a{r}",
                                           signed(self.a_bits))),
-                        pe.ctl_in.eq(_delay(m, step, r + lm, en, f"skew_ctl{r}", CONTROL,
+                        pe.ctl_in.eq(_delay(m, step, r + lm, f"skew_ctl{r}", CONTROL,
                                             reset_less=False)),
                     ]
                 else:
                     m.d.comb += [pe.a_in.eq(pes[r][c - 1].a_out),
                                  pe.ctl_in.eq(pes[r][c - 1].ctl_out)]
                 if r == 0:  # column skew: c cycles
-                    m.d.comb += pe.b_in.eq(_delay(m, i.payload.b[c], c, en, f"skew_b{c}",
+                    m.d.comb += pe.b_in.eq(_delay(m, i.payload.b[c], c, f"skew_b{c}",
                                                   signed(self.b_bits)))
                 else:
                     m.d.comb += pe.b_in.eq(pes[r - 1][c].b_out)
 
-        # Drain: per column, the one PE whose tile just finished; then de-skew the columns.
+        # Drain: per column, the OR of its PEs' results (a PE's `acc` is 0 unless it has just
+        # finished, and at most one per column has); then de-skew the columns.
         row = Signal(self.o_layout)
         row_valid = Signal()
         for c in range(cols):
             picked = 0
             for r in range(rows):
-                picked = picked | Mux(pes[r][c].done, pes[r][c].acc, 0)
+                picked = picked | pes[r][c].acc
             col = Signal(signed(self.acc_bits), name=f"col{c}", reset_less=True)
-            with m.If(en):
-                m.d.sync += col.eq(picked)
-            m.d.comb += row.acc[c].eq(_delay(m, col, cols - 1 - c, en, f"deskew{c}",
+            m.d.sync += col.eq(picked)
+            m.d.comb += row.acc[c].eq(_delay(m, col, cols - 1 - c, f"deskew{c}",
                                              signed(self.acc_bits)))
         col_valid = Signal()
         col_last = Signal()
         any_done = 0
         for r in range(rows):
             any_done = any_done | pes[r][cols - 1].done
-        with m.If(en):
-            m.d.sync += [col_valid.eq(any_done), col_last.eq(pes[rows - 1][cols - 1].done)]
+        m.d.sync += [col_valid.eq(any_done), col_last.eq(pes[rows - 1][cols - 1].done)]
         m.d.comb += [row_valid.eq(col_valid), row.last.eq(col_last)]
 
-        # Output FIFO and the enable: `en` is high only if a row written now has room.
-        m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(width=self.o_layout.size,
-                                                                 depth=self.fifo_depth)
-        write = Signal()
+        # Output FIFO: a row always has room (it was reserved when its tile's last beat was
+        # taken), so the write needs no full check: the memory's write enable and address come
+        # straight from registers. A row read from the FIFO frees its reservation.
+        mem_depth = 1 << max(1, (depth - 1).bit_length())
+        m.submodules.out_rows = rows_mem = Memory(shape=self.o_layout.size, depth=mem_depth,
+                                                  init=[])
+        w_port = rows_mem.write_port()
+        w_addr = Signal(range(mem_depth))
+        r_addr = Signal(range(mem_depth))
         read = Signal()
-        occupancy = Signal(range(self.fifo_depth + 1))
-        occupancy_next = Signal(range(self.fifo_depth + 2))
-        m.d.comb += [
-            write.eq(en & row_valid),
-            read.eq(out_fifo.r_rdy & self.o_stream.ready),
-            out_fifo.w_data.eq(row.as_value()),
-            out_fifo.w_en.eq(write),
-            out_fifo.r_en.eq(self.o_stream.ready),
-            self.o_stream.payload.eq(out_fifo.r_data),
-            self.o_stream.valid.eq(out_fifo.r_rdy),
-            occupancy_next.eq(occupancy + write - read),
-        ]
-        m.d.sync += [occupancy.eq(occupancy_next), en.eq(occupancy_next < self.fifo_depth)]
+        m.d.comb += [w_port.en.eq(row_valid), w_port.addr.eq(w_addr),
+                     w_port.data.eq(row.as_value()),
+                     read.eq(self.o_stream.valid & self.o_stream.ready)]
+        with m.If(row_valid):
+            m.d.sync += w_addr.eq(w_addr + 1)
+        if self.lutram_fifo:
+            # The row at the read address is the payload, combinationally: nothing wide
+            # waits for `ready`, which only advances the (narrow) read address.
+            r_port = rows_mem.read_port(domain="comb")
+            stored = Signal(range(mem_depth + 1))   # rows in the memory, unread
+            m.d.comb += [r_port.addr.eq(r_addr), self.o_stream.payload.eq(r_port.data),
+                         self.o_stream.valid.eq(stored != 0)]
+            with m.If(read):
+                m.d.sync += r_addr.eq(r_addr + 1)
+            m.d.sync += stored.eq(stored + row_valid - read)
+        else:
+            r_port = rows_mem.read_port(transparent_for=())
+            stored = Signal(range(mem_depth + 1))  # rows in the memory, not yet at the output
+            out_valid = Signal()                   # r_port.data holds an unread row
+            load = Signal()
+            m.d.comb += [
+                load.eq((stored != 0) & (~out_valid | self.o_stream.ready)),
+                r_port.en.eq(load), r_port.addr.eq(r_addr),
+                self.o_stream.payload.eq(r_port.data),
+                self.o_stream.valid.eq(out_valid),
+            ]
+            with m.If(load):
+                m.d.sync += [r_addr.eq(r_addr + 1), out_valid.eq(1)]
+            with m.Elif(self.o_stream.ready):
+                m.d.sync += out_valid.eq(0)
+            m.d.sync += stored.eq(stored + row_valid - load)
+        m.d.sync += reserved.eq(reserved + Mux(take_last, rows, 0) - read)
         return m

@@ -72,6 +72,7 @@ def test_pe_against_cycle_model(dsp, enable_prob, split_acc):
     stim = stimulus(cfg, lm, 600, enable_prob, seed=lm * 10 + int(enable_prob * 10))
     expected = model(cfg, lm, stim)
     observed = []
+    every_acc = []  # acc in every cycle
 
     def benches():
         async def drive(ctx):
@@ -84,6 +85,7 @@ def test_pe_against_cycle_model(dsp, enable_prob, split_acc):
                 observed.append((ctx.get(dut.a_out), ctx.get(dut.b_out),
                                  (ctl.valid, ctl.first, ctl.last), ctx.get(dut.done),
                                  ctx.get(dut.acc) if ctx.get(dut.done) else None))
+                every_acc.append(ctx.get(dut.acc))
                 await ctx.tick()
         return [drive]
 
@@ -96,6 +98,9 @@ def test_pe_against_cycle_model(dsp, enable_prob, split_acc):
     assert_equal("pe ctl_out", [e[2] for e in expected], [o[2] for o in observed])
     assert_equal("pe acc at done", [expected[i][4] for i in dones],
                  [observed[i][4] for i in dones])
+    # The array ORs the results of a column: acc must be 0 whenever done is low.
+    idle = [acc for acc, o in zip(every_acc, observed) if not o[3]]
+    assert len(idle) > 50 and not any(idle), "acc must be 0 while done is low"
 
 
 def test_pe_dot_products_are_golden():

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from amaranth import Value
 
 import attn
 from golden.quant import matmul_exact, qmax, qmin
@@ -128,6 +129,64 @@ def test_bubble_free_for_long_tiles(rows, cols, k):
     assert all(offered), f"input waited in {offered.count(0)} of {len(offered)} offered cycles"
 
 
+@pytest.mark.parametrize("lutram", [False, True])
+@pytest.mark.parametrize("stall_in,stall_out", [(0.0, 0.0), (0.3, 0.8)])
+def test_smallest_fifo(stall_in, stall_out, lutram):
+    """A FIFO of only ``rows`` rows still gives exact results (each ``last`` beat waits until
+    the whole FIFO is free), just fewer tiles per cycle; with either read port."""
+    cfg = config(3, 2)
+    dut = SystolicArray.from_config(cfg, fifo_depth=3, lutram_fifo=lutram)
+    tiles = random_tiles(cfg, 80, seed=11)
+    run_tiles(dut, tiles, stall_in, stall_out, f"systolic_fifo3_{stall_out}_{lutram}")
+
+
+@pytest.mark.parametrize("stall_in,stall_out", STALLS)
+def test_lutram_fifo(stall_in, stall_out):
+    """The asynchronous (LUT RAM) output FIFO with the inferred multipliers, under stalls."""
+    cfg = config(3, 4)
+    dut = SystolicArray.from_config(cfg, lutram_fifo=True)
+    tiles = random_tiles(cfg, 150, seed=21 + int(stall_out * 10))
+    run_tiles(dut, tiles, stall_in, stall_out, f"systolic_lutram_{stall_in}_{stall_out}")
+
+
+@pytest.mark.parametrize("dsp,lutram", [("infer", False), ("infer", True),
+                                        ("ecp5_registered", None)])
+def test_latency_is_as_documented(dsp, lutram):
+    """Row 0 of a tile's result is valid ``latency`` cycles after its ``last`` beat is taken."""
+    cfg = config(3, 4, dsp=dsp)
+    dut = SystolicArray.from_config(cfg, lutram_fifo=lutram)
+    a, b = random_tiles(cfg, 1, seed=5, fixed_k=3)[0]
+    beats = dut.encode_tile(a, b)
+    seen = {}
+
+    def benches():
+        async def bench(ctx):
+            ctx.set(dut.o_stream.ready, 1)
+            cycle = 0
+            for beat in beats:
+                ctx.set(dut.i_stream.valid, 1)
+                ctx.set(Value.cast(dut.i_stream.payload), beat)
+                await ctx.tick()
+                cycle += 1
+            ctx.set(dut.i_stream.valid, 0)
+            seen["last"] = cycle - 1
+            while not ctx.get(dut.o_stream.valid):
+                await ctx.tick()
+                cycle += 1
+            seen["row0"] = cycle
+        return [bench]
+
+    run_simulation(dut, benches, f"systolic_latency_{dsp}_{lutram}", deadline_cycles=200)
+    assert seen["row0"] - seen["last"] == dut.latency
+    assert dut.latency == 4 + dut.mult_latency + (3 if dut.lutram_fifo else 4)
+
+
+def test_default_fifo_depth():
+    """The default FIFO holds the rows of every tile in flight: ``latency + rows``."""
+    dut = SystolicArray.from_config(config(4, 4))
+    assert dut.fifo_depth == dut.latency + 4
+
+
 def test_short_tiles_wait_for_the_drain():
     """With ``K < R`` the input holds ``last`` beats (documented throughput limit)."""
     cfg = config(4, 2)
@@ -171,8 +230,9 @@ def test_encode_decode_helpers():
     (dict(b_bits=2.0), TypeError, "b_bits must be an int, not 2.0"),
     (dict(acc_bits=20), ValueError, "acc_bits must be at least 24, not 20"),
     (dict(dsp="xilinx"), ValueError, "dsp must be one of infer, ecp5_registered, not 'xilinx'"),
-    (dict(fifo_depth=2), ValueError, "fifo_depth must be at least 3, not 2"),
-    (dict(split_acc="yes"), TypeError, "split_acc must be a bool, not 'yes'"),
+    (dict(fifo_depth=1), ValueError, "fifo_depth must be at least 2, not 1"),
+    (dict(split_acc="yes"), TypeError, "split_acc must be a bool or None, not 'yes'"),
+    (dict(lutram_fifo=1), TypeError, "lutram_fifo must be a bool or None, not 1"),
 ])
 def test_invalid_parameters(kwargs, error, message):
     params = dict(rows=2, cols=2, a_bits=12, b_bits=12, acc_bits=30) | kwargs
