@@ -20,14 +20,16 @@ accumulator (output-stationary). Row ``r`` of the input is delayed by ``r`` cycl
           │    │    │
           ▼    ▼    ▼            each column: OR of its PEs' results (only the PE whose tile
         [ OR][ OR][ OR]          just finished has a non-zero one) -> column register
-        [d d][d]  │              column c delayed C-1-c more cycles: one aligned row per cycle
-          └────┴───┴──► output FIFO ──► o_stream (one row of C results per beat)
+        [mem][mem][mem]          -> the column's FIFO memory (written c cycles apart)
+          └────┴───┴──► o_stream: the same address of every column (one row per beat)
 
 A PE's result register holds a finished result for exactly one cycle, the cycle after its
 ``last`` product, and 0 in every other cycle (:class:`hw.pe.ProcessingElement`). Finished
 results of row ``r`` appear in column ``c`` at cycle ``T + r + c`` (``T`` when the last step was
 accepted): each column sees at most one finished PE per cycle, and the rows of one tile leave
-the array one per cycle, in order ``0 .. R-1``.
+the array one per cycle, in order ``0 .. R-1``. Each column writes its results into its own
+FIFO memory; a row is complete when the last column has written it, so the columns need no
+de-skew registers, and no point of the die gathers all ``R x C`` results before the output.
 
 Throughput
 ----------
@@ -60,7 +62,7 @@ with the LUT-RAM one (no output register), row ``r`` ``r`` cycles later (:attr:`
 from __future__ import annotations
 
 import numpy as np
-from amaranth import Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -285,61 +287,65 @@ class SystolicArray(wiring.Component):
                     m.d.comb += pe.b_in.eq(pes[r - 1][c].b_out)
 
         # Drain: per column, the OR of its PEs' results (a PE's `acc` is 0 unless it has just
-        # finished, and at most one per column has); then de-skew the columns.
-        row = Signal(self.o_layout)
-        row_valid = Signal()
-        for c in range(cols):
-            picked = 0
-            for r in range(rows):
-                picked = picked | pes[r][c].acc
-            col = Signal(signed(self.acc_bits), name=f"col{c}", reset_less=True)
-            m.d.sync += col.eq(picked)
-            m.d.comb += row.acc[c].eq(_delay(m, col, cols - 1 - c, f"deskew{c}",
-                                             signed(self.acc_bits)))
-        col_valid = Signal()
-        col_last = Signal()
-        any_done = 0
-        for r in range(rows):
-            any_done = any_done | pes[r][cols - 1].done
-        m.d.sync += [col_valid.eq(any_done), col_last.eq(pes[rows - 1][cols - 1].done)]
-        m.d.comb += [row_valid.eq(col_valid), row.last.eq(col_last)]
-
-        # Output FIFO: a row always has room (it was reserved when its tile's last beat was
-        # taken), so the write needs no full check: the memory's write enable and address come
-        # straight from registers. A row read from the FIFO frees its reservation.
+        # finished, and at most one per column has) into a register, then into the column's
+        # own FIFO memory. Column c writes row r of a tile c cycles before the last column
+        # does, so the columns need no de-skew: a row is complete when the last column has
+        # written it, and all columns read the same address. One memory per column keeps
+        # each next to its column of PEs instead of gathering R x C results in one place.
         mem_depth = 1 << max(1, (depth - 1).bit_length())
-        m.submodules.out_rows = rows_mem = Memory(shape=self.o_layout.size, depth=mem_depth,
-                                                  init=[])
-        w_port = rows_mem.write_port()
-        w_addr = Signal(range(mem_depth))
         r_addr = Signal(range(mem_depth))
         read = Signal()
-        m.d.comb += [w_port.en.eq(row_valid), w_port.addr.eq(w_addr),
-                     w_port.data.eq(row.as_value()),
-                     read.eq(self.o_stream.valid & self.o_stream.ready)]
-        with m.If(row_valid):
-            m.d.sync += w_addr.eq(w_addr + 1)
+        m.d.comb += read.eq(self.o_stream.valid & self.o_stream.ready)
+        row_valid = Signal()      # the last column writes a row in this cycle
+        load = Signal()           # (synchronous read ports) read the next row now
+        columns = []
+        for c in range(cols):
+            picked = 0
+            any_done = 0
+            for r in range(rows):
+                picked = picked | pes[r][c].acc
+                any_done = any_done | pes[r][c].done
+            width = self.acc_bits + (1 if c == cols - 1 else 0)   # the last one keeps `last`
+            col = Signal(width, name=f"col{c}", reset_less=True)
+            col_valid = Signal(name=f"col{c}_valid")
+            if c == cols - 1:
+                m.d.sync += col.eq(Cat(picked[:self.acc_bits], pes[rows - 1][c].done))
+                m.d.comb += row_valid.eq(col_valid)
+            else:
+                m.d.sync += col.eq(picked)
+            m.d.sync += col_valid.eq(any_done)
+            mem = Memory(shape=width, depth=mem_depth, init=[])
+            m.submodules[f"out_col{c}"] = mem
+            w_port = mem.write_port()
+            w_addr = Signal(range(mem_depth), name=f"col{c}_w_addr")
+            m.d.comb += [w_port.en.eq(col_valid), w_port.addr.eq(w_addr), w_port.data.eq(col)]
+            with m.If(col_valid):
+                m.d.sync += w_addr.eq(w_addr + 1)
+            if self.lutram_fifo:
+                # The row at the read address is the payload, combinationally: nothing wide
+                # waits for `ready`, which only advances the (narrow) read address.
+                r_port = mem.read_port(domain="comb")
+            else:
+                r_port = mem.read_port(transparent_for=())
+                m.d.comb += r_port.en.eq(load)
+            m.d.comb += r_port.addr.eq(r_addr)
+            columns.append(r_port.data)
+        row = Signal(self.o_layout)
+        m.d.comb += [row.as_value().eq(Cat(*columns)), self.o_stream.payload.eq(row)]
+
+        # Complete rows: counted from the last column's writes. A row read from the FIFO
+        # frees its reservation (every row had room reserved when its tile's last beat was
+        # taken, so the writes need no full check).
+        stored = Signal(range(mem_depth + 1))
         if self.lutram_fifo:
-            # The row at the read address is the payload, combinationally: nothing wide
-            # waits for `ready`, which only advances the (narrow) read address.
-            r_port = rows_mem.read_port(domain="comb")
-            stored = Signal(range(mem_depth + 1))   # rows in the memory, unread
-            m.d.comb += [r_port.addr.eq(r_addr), self.o_stream.payload.eq(r_port.data),
-                         self.o_stream.valid.eq(stored != 0)]
+            m.d.comb += self.o_stream.valid.eq(stored != 0)
             with m.If(read):
                 m.d.sync += r_addr.eq(r_addr + 1)
             m.d.sync += stored.eq(stored + row_valid - read)
         else:
-            r_port = rows_mem.read_port(transparent_for=())
-            stored = Signal(range(mem_depth + 1))  # rows in the memory, not yet at the output
-            out_valid = Signal()                   # r_port.data holds an unread row
-            load = Signal()
-            m.d.comb += [
-                load.eq((stored != 0) & (~out_valid | self.o_stream.ready)),
-                r_port.en.eq(load), r_port.addr.eq(r_addr),
-                self.o_stream.payload.eq(r_port.data),
-                self.o_stream.valid.eq(out_valid),
-            ]
+            out_valid = Signal()                   # the read ports' data hold an unread row
+            m.d.comb += [load.eq((stored != 0) & (~out_valid | self.o_stream.ready)),
+                         self.o_stream.valid.eq(out_valid)]
             with m.If(load):
                 m.d.sync += [r_addr.eq(r_addr + 1), out_valid.eq(1)]
             with m.Elif(self.o_stream.ready):
