@@ -50,9 +50,20 @@ from .modelio import MODEL_KEYS, InputError, _open_npz, save_npz_atomic
 
 __all__ = ["FORMAT", "load_calibration", "check_outputs", "import_config", "quantize_model",
            "save_quantized", "load_quantized", "is_quantized", "float_reference", "accuracy",
-           "format_table", "write_accuracy_report"]
+           "format_table", "write_accuracy_report", "ACCURACY_BOUNDS", "within_bounds"]
 
 FORMAT = "attn-quantized-1"
+
+#: docs/numerics.md, "Imported layers": at the default widths an imported layer is within these
+#: bounds (strictly) of PyTorch's float output on the sequences it was calibrated on. Keys are
+#: those of :func:`accuracy`'s result: relative error of the output (every sequence),
+#: probability error in LSB of ``prob_bits`` (every element) and its mean.
+ACCURACY_BOUNDS = {"rel_error_max": 0.03, "prob_lsb_error_max": 32, "prob_lsb_error_mean": 4}
+
+
+def within_bounds(stats: dict) -> bool:
+    """Whether the figures ``stats`` (keys of :data:`ACCURACY_BOUNDS`) are within the bounds."""
+    return all(stats[key] < bound for key, bound in ACCURACY_BOUNDS.items())
 _FORMAT_PREFIX = "attn-quantized-"
 _INT_FIELDS = ("w_in", "b_in", "in_mult", "in_shift", "score_mult", "score_shift", "pv_mult",
                "pv_shift", "w_out", "b_out", "out_mult", "out_shift")

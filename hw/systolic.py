@@ -330,8 +330,7 @@ class SystolicArray(wiring.Component):
                 m.d.comb += r_port.en.eq(load)
             m.d.comb += r_port.addr.eq(r_addr)
             columns.append(r_port.data)
-        row = Signal(self.o_layout)
-        m.d.comb += [row.as_value().eq(Cat(*columns)), self.o_stream.payload.eq(row)]
+        m.d.comb += self.o_stream.payload.eq(Cat(*columns))   # acc[0..C-1], then last
 
         # Complete rows: counted from the last column's writes. A row read from the FIFO
         # frees its reservation (every row had room reserved when its tile's last beat was

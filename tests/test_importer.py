@@ -13,6 +13,7 @@ import pytest
 from attn import preset
 from attn.cli import main
 from attn.importer import (
+    ACCURACY_BOUNDS,
     FORMAT,
     accuracy,
     float_reference,
@@ -23,17 +24,14 @@ from attn.importer import (
     load_quantized,
     quantize_model,
     save_quantized,
+    within_bounds,
 )
 from attn.modelio import InputError, load_model
 from golden import attention_int, calibrate, quantize_input
 
 torch = pytest.importorskip("torch", reason="the import round trip needs PyTorch")
 
-# docs/numerics.md, "Imported layers": at the default widths an imported layer is within
-# these bounds of PyTorch's float output, on the sequences it was calibrated on.
-REL_BOUND = 0.03          # relative Frobenius error of the output, every sequence
-PROB_MAX_LSB = 32         # probability error, LSBs of prob_bits, every element
-PROB_MEAN_LSB = 4         # mean probability error
+REL_BOUND = ACCURACY_BOUNDS["rel_error_max"]
 
 
 def _files(tmp_path, d_model=8, heads=2, seq_len=6, n=3, seed=0):
@@ -44,11 +42,6 @@ def _files(tmp_path, d_model=8, heads=2, seq_len=6, n=3, seed=0):
     np.savez(tmp_path / "calib.npz", x=x)
     np.savez(tmp_path / "input.npz", x=x[0])
     return layer, x
-
-
-def _within_bounds(stats):
-    return (stats["rel_error_max"] < REL_BOUND and stats["prob_lsb_error_max"] < PROB_MAX_LSB
-            and stats["prob_lsb_error_mean"] < PROB_MEAN_LSB)
 
 
 @pytest.mark.parametrize("backend", ["golden", "amaranth"])
@@ -62,7 +55,7 @@ def test_import_round_trip(tmp_path, backend):
     stats = accuracy(cfg, model, mha, runs, backend)
     assert stats["exact_vs_golden"] and stats["mismatches"] == []
     assert stats["reference"].startswith("PyTorch")
-    assert _within_bounds(stats), format_table(stats)
+    assert within_bounds(stats), format_table(stats)
     # the reference really is PyTorch's forward of this very layer
     with torch.no_grad():
         t = torch.from_numpy(x[0]).float()[:, None]
@@ -82,10 +75,10 @@ def test_bounds_can_fail(tmp_path):
     w_in[0] = -w_in[0]                    # a query channel with its sign flipped
     w_in[17] = 127                        # a value channel saturated
     broken = dataclasses.replace(model, w_in=w_in)
-    assert not _within_bounds(accuracy(cfg, broken, mha, xs))
+    assert not within_bounds(accuracy(cfg, broken, mha, xs))
     small = quantize_model(cfg, mha, [x / 20 for x in xs])   # calibrated on the wrong range
     stats = accuracy(cfg, small, mha, xs)
-    assert not _within_bounds(stats) and stats["per_sequence"][0]["out_of_range"]["x"] > 0
+    assert not within_bounds(stats) and stats["per_sequence"][0]["out_of_range"]["x"] > 0
 
 
 def test_hardware_mismatch_is_reported(tmp_path, monkeypatch):
