@@ -19,9 +19,11 @@ family      board / device                  resource columns (``lut`` / ``dsp`` 
 
 The wrapper (:class:`OutOfContext`) keeps the measurement about the component:
 
-* every input port bit comes from its own flip-flop in a shift register fed by one input pin,
-  so no input is constant and every input path starts at a register (constant ports, such as
-  the ``ready`` of an ``always_ready`` stream, are not ports and are left alone);
+* every input port bit comes from its own flip-flop in a chain fed by one input pin (each
+  bit the XOR of the two before it, so that no flip-flop of the chain equals a delayed copy
+  that the component's pipeline registers hold: Yosys would merge them), so no input is
+  constant and every input path starts at a register (constant ports, such as the ``ready``
+  of an ``always_ready`` stream, are not ports and are left alone);
 * every output port bit is captured in a flip-flop, and the captured bits are XOR-reduced by a
   pipelined tree (4 bits per LUT4, one register level each) into one output pin, so nothing is
   optimized away and every output path ends at a register after no added logic;
@@ -30,11 +32,12 @@ The wrapper (:class:`OutOfContext`) keeps the measurement about the component:
 
 What the numbers mean:
 
-* ``lut``/``ff`` include the wrapper: about one flip-flop per input bit and ``4/3`` per output
-  bit (on iCE40 each takes a logic cell). :attr:`SynthReport.lut_dut` and ``ff_dut`` subtract
-  the wrapper's share (:attr:`SynthReport.wrapper_luts`, ``wrapper_ffs``). With
-  ``capture_outputs=False`` the XOR tree reads the outputs directly: one flip-flop per output
-  bit less, one LUT more on each output path (for output-heavy blocks on the small iCE40).
+* ``lut``/``ff`` include the wrapper: about one flip-flop and one LUT per input bit and ``4/3``
+  flip-flops per output bit (on iCE40 each takes a logic cell). :attr:`SynthReport.lut_dut`
+  and ``ff_dut`` subtract the wrapper's share (:attr:`SynthReport.wrapper_luts`,
+  ``wrapper_ffs``). With ``capture_outputs=False`` the XOR tree reads the outputs directly:
+  one flip-flop per output bit less, one LUT more on each output path (for output-heavy
+  blocks on the small iCE40).
 * Registers that Yosys pulls into a DSP block (SB_MAC16 input/output registers) are not in
   ``ff``. ``ff`` on iCE40 counts Yosys's ``SB_DFF*`` cells; on ECP5 nextpnr's ``TRELLIS_FF``.
 * The clock pin is constrained at ``clock_mhz`` instead of its crystal frequency, so nextpnr
@@ -376,7 +379,7 @@ class OutOfContext(Elaboratable):
     wrapper_luts : int
         Logic the wrapper adds, in the unit of :attr:`SynthReport.lut`: on iCE40 one logic cell
         per wrapper flip-flop (an estimate: nextpnr may pack a capture flip-flop with the
-        component's last LUT), on ECP5 the XOR tree's LUT4s.
+        component's last LUT), on ECP5 the input chain's and the XOR tree's LUT4s.
     """
 
     def __init__(self, component, *, family: str, capture_outputs: bool = True):
@@ -404,7 +407,7 @@ class OutOfContext(Elaboratable):
         # data pin and reset pin registers, input chain, output capture, XOR tree.
         self.wrapper_ffs = 2 + self.in_bits + capture + sum(self._levels)
         self.wrapper_luts = (self.wrapper_ffs if self.board.family == "ice40"
-                             else sum(self._levels))
+                             else sum(self._levels) + max(0, self.in_bits - 1))
 
     def elaborate(self, platform):
         m = Module()
@@ -431,8 +434,12 @@ class OutOfContext(Elaboratable):
         m.d.comb += ResetSignal("sync").eq(reset_in)
 
         if self.in_bits:
+            # Each bit is the XOR of the two before it, not a plain delay of its neighbour:
+            # Yosys merges identical flip-flops, and a shift register holds every delayed copy
+            # of an input bit that the component's own pipeline registers hold, so it would
+            # take over those registers (and their placement) from the component.
             chain = Signal(self.in_bits, name="ooc_in_chain")
-            m.d.ooc += chain.eq(Cat(data_in, chain[:-1]))
+            m.d.ooc += chain.eq(Cat(data_in, chain[:-1] ^ Cat(data_in, chain[:-2])))
             offset = 0
             for port in self._inputs:
                 m.d.comb += port.eq(chain[offset:offset + len(port)])

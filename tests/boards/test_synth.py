@@ -299,7 +299,8 @@ def test_wrapper_counts_and_elaborates(family, make, in_bits, out_bits, capture_
         levels.append(width)
     expected_ffs = 2 + in_bits + (out_bits if capture_outputs else 0) + sum(levels)
     assert wrapper.wrapper_ffs == expected_ffs
-    assert wrapper.wrapper_luts == (expected_ffs if family == "ice40" else sum(levels))
+    assert wrapper.wrapper_luts == (expected_ffs if family == "ice40"
+                                    else sum(levels) + in_bits - 1)
     # The build plan (no tools run): RTLIL of the whole chip and the clock constraint.
     plan = make_platform(family, 87.5).prepare(wrapper, "wrapped")
     files = plan.files
@@ -352,6 +353,35 @@ def test_real_build_of_a_multiplier(family, tmp_path):
         assert Path(report.logs[key]).is_file(), key
     assert Path(report.build_dir) == tmp_path
     json.dumps(report.as_dict())
+
+
+class DelayLine(wiring.Component):
+    """``o`` is ``i`` delayed by ``stages`` cycles: a pipeline of plain registers."""
+
+    def __init__(self, width=8, stages=3):
+        self.stages = stages
+        super().__init__({"i": In(width), "o": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        value = self.i
+        for n in range(self.stages):
+            reg = Signal.like(self.i, name=f"stage{n}", reset_less=True)
+            m.d.sync += reg.eq(value)
+            value = reg
+        m.d.comb += self.o.eq(value)
+        return m
+
+
+def test_real_build_keeps_the_components_pipeline_registers(tmp_path):
+    """Yosys merges identical flip-flops: a plain shift register in the wrapper would hold
+    every delayed copy of an input bit and take over the component's pipeline registers."""
+    report = _build_or_skip("ice40", DelayLine(), name="test_delay_line", clock_mhz=40.0,
+                            build_dir=tmp_path)
+    assert report.routed and report.error is None
+    # all 24 of the component's flip-flops; the wrapper's reset register goes unused (the
+    # delay line has no reset)
+    assert report.ff == report.wrapper_ffs - 1 + 3 * 8, report
 
 
 class Blinky(wiring.Component):
