@@ -26,7 +26,7 @@ from amaranth.hdl import Instance
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["DSP_LATENCY", "Multiplier", "check_bits"]
+__all__ = ["DSP_LATENCY", "Multiplier", "check_bits", "check_site"]
 
 #: Latency in enabled clock cycles of each multiplier style.
 DSP_LATENCY = {"infer": 0, "ecp5_registered": 4}
@@ -44,6 +44,13 @@ def check_bits(name: str, value, minimum: int = 1, maximum: int | None = None) -
     return value
 
 
+def check_site(name: str, value) -> str | None:
+    """Validate a DSP site name (a non-empty str) or ``None``; errors name the parameter."""
+    if value is not None and (not isinstance(value, str) or not value):
+        raise TypeError(f"{name} must be a non-empty str or None, not {value!r}")
+    return value
+
+
 class Multiplier(wiring.Component):
     """Signed ``a_bits`` x ``b_bits`` multiplier with a fixed latency in enabled cycles.
 
@@ -53,6 +60,10 @@ class Multiplier(wiring.Component):
         Signed operand widths (``>= 2``; at most 18 for ``"ecp5_registered"``).
     style : str
         ``"infer"`` or ``"ecp5_registered"`` (see the module docstring).
+    site : str or None
+        With ``"ecp5_registered"`` on ECP5: the MULT18X18D site to place the DSP on (nextpnr's
+        ``BEL`` attribute, e.g. ``"X4/Y10/MULT18_0"``; :mod:`hw.floorplan`). ``None``: nextpnr
+        chooses. Ignored by every other style and platform.
 
     Members
     -------
@@ -69,7 +80,8 @@ class Multiplier(wiring.Component):
         For an invalid parameter; the message names it and the value given.
     """
 
-    def __init__(self, *, a_bits: int, b_bits: int, style: str = "infer"):
+    def __init__(self, *, a_bits: int, b_bits: int, style: str = "infer",
+                 site: str | None = None):
         check_bits("a_bits", a_bits, 2)
         check_bits("b_bits", b_bits, 2)
         if style not in DSP_LATENCY:
@@ -77,9 +89,11 @@ class Multiplier(wiring.Component):
         if style == "ecp5_registered" and max(a_bits, b_bits) > _ECP5_WIDTH:
             raise ValueError(f"style 'ecp5_registered' needs operands of at most {_ECP5_WIDTH} "
                              f"bits, not a_bits={a_bits}, b_bits={b_bits}")
+        check_site("site", site)
         self.a_bits = a_bits
         self.b_bits = b_bits
         self.style = style
+        self.site = site
         super().__init__({
             "en": In(1),
             "a": In(signed(a_bits)),
@@ -135,8 +149,9 @@ class Multiplier(wiring.Component):
             ports[f"i_B{i}"] = b18[i]
         for i in range(2 * _ECP5_WIDTH):
             ports[f"o_P{i}"] = p36[i]
+        attrs = {"a_BEL": self.site} if self.site is not None else {}
         m.submodules.mult18x18d = Instance(
-            "MULT18X18D",
+            "MULT18X18D", **attrs,
             p_REG_INPUTC_CLK="NONE", p_GSR="DISABLED", p_RESETMODE="SYNC",
             p_CAS_MATCH_REG="FALSE", p_MULT_BYPASS="DISABLED", p_SOURCEB_MODE="B_SHIFT",
             p_HIGHSPEED_CLK="NONE",

@@ -17,11 +17,14 @@ The running sum is cleared one cycle *ahead*, when the next step (``ctl_in``) is
 ``first``: the clear is a synchronous reset of the ``run`` register, so no flag sits in the
 accumulate loop (register, carry chain, register). A separate ``result`` register takes the
 finished sum and is zero in every other cycle, so the array drains a column by OR-ing its PEs.
+It has no reset (only ``drop``, "not finishing", drives its flip-flops' reset input): in the
+cycle after a reset it may still hold a result, but ``done`` is low then and no other PE of its
+column can finish, so nothing reads it.
 
 In the enabled cycle after the ``last`` product of a tile, ``done`` is high for exactly one
 enabled cycle and ``acc`` holds the finished dot product (``acc`` is 0 whenever ``done`` is
-low); the next tile's ``first`` product may arrive in that same cycle, so tiles follow back to
-back.
+low, except in the cycle after a reset); the next tile's ``first`` product may arrive in that
+same cycle, so tiles follow back to back.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .dsp import DSP_LATENCY, Multiplier, check_bits
+from .dsp import DSP_LATENCY, Multiplier, check_bits, check_site
 
 __all__ = ["CONTROL", "ProcessingElement"]
 
@@ -53,6 +56,8 @@ class ProcessingElement(wiring.Component):
         Keep the running sum as two halves with a registered carry between them (the
         accumulate loop's carry chain is half as long: iCE40 timing); ``acc`` adds the pending
         carry back, so the result is the same.
+    dsp_site : str or None
+        Site of the multiplier's DSP block (:class:`hw.dsp.Multiplier`'s ``site``).
 
     Members
     -------
@@ -72,7 +77,7 @@ class ProcessingElement(wiring.Component):
     """
 
     def __init__(self, *, a_bits: int, b_bits: int, acc_bits: int, dsp: str = "infer",
-                 split_acc: bool = True):
+                 split_acc: bool = True, dsp_site: str | None = None):
         check_bits("a_bits", a_bits, 2)
         check_bits("b_bits", b_bits, 2)
         check_bits("acc_bits", acc_bits, a_bits + b_bits)
@@ -82,6 +87,7 @@ class ProcessingElement(wiring.Component):
             raise TypeError(f"split_acc must be a bool, not {split_acc!r}")
         self.a_bits, self.b_bits, self.acc_bits, self.dsp = a_bits, b_bits, acc_bits, dsp
         self.split_acc = split_acc
+        self.dsp_site = check_site("dsp_site", dsp_site)
         super().__init__({
             "en": In(1),
             "a_in": In(signed(a_bits)),
@@ -102,7 +108,7 @@ class ProcessingElement(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.mult = mult = Multiplier(a_bits=self.a_bits, b_bits=self.b_bits,
-                                              style=self.dsp)
+                                              style=self.dsp, site=self.dsp_site)
         a_reg = Signal(signed(self.a_bits), reset_less=True)
         b_reg = Signal(signed(self.b_bits), reset_less=True)
         ctl = Signal(CONTROL)
@@ -113,9 +119,15 @@ class ProcessingElement(wiring.Component):
         product = Signal(signed(self.acc_bits))
         m.d.comb += product.eq(mult.p)
         # Flags straight from registers to flip-flop controls: ``clear`` (the next step
-        # starts a tile) is the synchronous reset of the running sum, ``finish`` (the product
-        # now at the multiplier ends a tile) keeps the result register out of its reset.
-        clear, finish = self.ctl_in.first, ctl.last
+        # starts a tile) is the synchronous reset of the running sum, ``drop`` (the product
+        # now at the multiplier does not end a tile: ``~ctl.last`` in a register of its own,
+        # so no inverter sits between it and the result register's reset input) clears the
+        # result register.
+        clear = self.ctl_in.first
+        drop = Signal(reset_less=True)
+        with m.If(self.en):
+            m.d.sync += drop.eq(~self.ctl_in.last)
+        finish = ~drop
 
         if self.split_acc:
             # Two halves with the carry between them registered: the loop's carry chain is
@@ -129,9 +141,9 @@ class ProcessingElement(wiring.Component):
             high_sum = Signal(high_shape)
             m.d.comb += [low_sum.eq(low + product[:low_bits]),
                          high_sum.eq(high + product[low_bits:].as_signed() + carry)]
-            r_low = Signal(low_bits)
-            r_high = Signal(high_shape)
-            r_carry = Signal()
+            r_low = Signal(low_bits, reset_less=True)
+            r_high = Signal(high_shape, reset_less=True)
+            r_carry = Signal(reset_less=True)
             with m.If(self.en):
                 with m.If(clear):
                     m.d.sync += [low.eq(0), high.eq(0), carry.eq(0)]
@@ -145,7 +157,7 @@ class ProcessingElement(wiring.Component):
         else:
             run = Signal(signed(self.acc_bits), reset_less=True)
             total = Signal(signed(self.acc_bits))
-            result = Signal(signed(self.acc_bits))
+            result = Signal(signed(self.acc_bits), reset_less=True)
             m.d.comb += total.eq(run + product)
             with m.If(self.en):
                 with m.If(clear):

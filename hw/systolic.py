@@ -68,6 +68,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .dsp import DSP_LATENCY, check_bits
+from .floorplan import array_sites
 from .pe import CONTROL, ProcessingElement
 
 __all__ = ["SystolicArray", "input_layout", "output_layout"]
@@ -126,6 +127,11 @@ class SystolicArray(wiring.Component):
         whole result row limited the ECP5 12×12 array to 107 MHz. ``False``: a synchronous
         read port with an output register (block RAM; iCE40 has no LUT RAM). ``None``: LUT
         RAM with ``"ecp5_registered"``, else block RAM.
+    floorplan : bool
+        With ``"ecp5_registered"`` on an ECP5 platform whose device has an entry in
+        :mod:`hw.floorplan`: pin every PE's DSP to its site there (neighbours in the array
+        are neighbours on the die; without it a 12×12 array does not route). Otherwise, or
+        when ``False``, nextpnr places the DSPs.
 
     Members
     -------
@@ -146,7 +152,8 @@ class SystolicArray(wiring.Component):
 
     def __init__(self, *, rows: int, cols: int, a_bits: int, b_bits: int, acc_bits: int,
                  dsp: str = "infer", fifo_depth: int | None = None,
-                 split_acc: bool | None = None, lutram_fifo: bool | None = None):
+                 split_acc: bool | None = None, lutram_fifo: bool | None = None,
+                 floorplan: bool = True):
         check_bits("rows", rows, 1)
         check_bits("cols", cols, 1)
         check_bits("a_bits", a_bits, 2)
@@ -160,6 +167,9 @@ class SystolicArray(wiring.Component):
             raise TypeError(f"split_acc must be a bool or None, not {split_acc!r}")
         if lutram_fifo is not None and not isinstance(lutram_fifo, bool):
             raise TypeError(f"lutram_fifo must be a bool or None, not {lutram_fifo!r}")
+        if not isinstance(floorplan, bool):
+            raise TypeError(f"floorplan must be a bool, not {floorplan!r}")
+        self.floorplan = floorplan
         self.split_acc = dsp != "ecp5_registered" if split_acc is None else split_acc
         self.lutram_fifo = dsp == "ecp5_registered" if lutram_fifo is None else lutram_fifo
         self.rows, self.cols = rows, cols
@@ -233,6 +243,14 @@ class SystolicArray(wiring.Component):
             last[i] = (word >> (self.acc_bits * self.cols)) & 1
         return values, last
 
+    def dsp_sites(self, platform) -> dict | None:
+        """``{(r, c): site}`` of the PEs' DSPs on ``platform`` (see ``floorplan``), or ``None``
+        when nextpnr places them."""
+        if not self.floorplan or self.dsp != "ecp5_registered" \
+                or getattr(platform, "family", None) != "ecp5":
+            return None
+        return array_sites(str(getattr(platform, "device", "")), self.rows, self.cols)
+
     # -- hardware -------------------------------------------------------------------------
 
     def elaborate(self, platform):
@@ -242,30 +260,33 @@ class SystolicArray(wiring.Component):
 
         # Input: a `last` beat waits until `rows` cycles have passed since the previous one and
         # until the output FIFO has room reserved for all `rows` result rows of its tile.
+        # Both conditions are registers, computed from the counters' next values: `ready`,
+        # and through it the first PEs' flags, is then one gate from flip-flops.
         since_last = Signal(range(rows), init=rows - 1)
-        gap_ok = Signal()
+        since_next = Signal.like(since_last)
+        gap_ok = Signal(init=1)
         reserved = Signal(range(depth + 1))  # rows in the FIFO + rows of accepted tiles
-        room = Signal()
-        m.d.comb += [gap_ok.eq(since_last == rows - 1), room.eq(reserved <= depth - rows)]
+        reserved_next = Signal.like(reserved)
+        room = Signal(init=1)
+        m.d.sync += [since_last.eq(since_next), gap_ok.eq(since_next == rows - 1),
+                     reserved.eq(reserved_next), room.eq(reserved_next <= depth - rows)]
         i = self.i_stream
         m.d.comb += i.ready.eq((gap_ok & room) | ~i.payload.last)
         take = Signal()
         take_last = Signal()
         m.d.comb += [take.eq(i.valid & i.ready), take_last.eq(take & i.payload.last)]
-        with m.If(take_last):
-            m.d.sync += since_last.eq(0)
-        with m.Elif(~gap_ok):
-            m.d.sync += since_last.eq(since_last + 1)
+        m.d.comb += since_next.eq(Mux(take_last, 0, Mux(gap_ok, since_last, since_last + 1)))
 
         step = Signal(CONTROL)
         m.d.comb += [step.valid.eq(take), step.first.eq(take & i.payload.first),
                      step.last.eq(take_last)]
 
         # The array of PEs; their enables are tied high (see "Backpressure").
+        sites = self.dsp_sites(platform) or {}
         pes = [[ProcessingElement(a_bits=self.a_bits, b_bits=self.b_bits,
                                   acc_bits=self.acc_bits, dsp=self.dsp,
-                                  split_acc=self.split_acc)
-                for _ in range(cols)] for _ in range(rows)]
+                                  split_acc=self.split_acc, dsp_site=sites.get((r, c)))
+                for c in range(cols)] for r in range(rows)]
         for r in range(rows):
             for c in range(cols):
                 m.submodules[f"pe_{r}_{c}"] = pe = pes[r][c]
@@ -350,5 +371,5 @@ class SystolicArray(wiring.Component):
             with m.Elif(self.o_stream.ready):
                 m.d.sync += out_valid.eq(0)
             m.d.sync += stored.eq(stored + row_valid - load)
-        m.d.sync += reserved.eq(reserved + Mux(take_last, rows, 0) - read)
+        m.d.comb += reserved_next.eq(reserved + Mux(take_last, rows, 0) - read)
         return m

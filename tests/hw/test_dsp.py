@@ -86,6 +86,11 @@ def test_ecp5_platform_instantiates_mult18x18d():
     # tying them made nextpnr fail to route 8x8 arrays
     for pin in (".SRIA0(", ".SRIB0(", ".C0(", ".CLK1(", ".CE1(", ".RST0(", ".SOURCEA("):
         assert pin not in text
+    assert "BEL" not in text                      # placed by nextpnr unless a site is given
+    placed = Multiplier(a_bits=16, b_bits=16, style="ecp5_registered", site="X4/Y10/MULT18_0")
+    text = verilog.convert(placed, platform=Ecp5Stub(),
+                           ports=[placed.en, placed.a, placed.b, placed.p])
+    assert '(* BEL = "X4/Y10/MULT18_0" *)' in text
     sim_text = verilog.convert(Multiplier(a_bits=16, b_bits=16, style="ecp5_registered"),
                                ports=[])
     assert "MULT18X18D" not in sim_text
@@ -97,6 +102,7 @@ def test_ecp5_platform_instantiates_mult18x18d():
     (dict(style="dsp48"), ValueError, "style must be one of infer, ecp5_registered, not 'dsp48'"),
     (dict(a_bits=19, style="ecp5_registered"), ValueError,
      "needs operands of at most 18 bits, not a_bits=19, b_bits=16"),
+    (dict(site=3), TypeError, "site must be a non-empty str or None, not 3"),
 ])
 def test_invalid_parameters(kwargs, error, message):
     with pytest.raises(error, match=message):

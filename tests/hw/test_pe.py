@@ -127,6 +127,7 @@ def test_pe_dot_products_are_golden():
     (dict(acc_bits=15), ValueError, "acc_bits must be at least 16, not 15"),
     (dict(dsp="gowin"), ValueError, "dsp must be one of infer, ecp5_registered, not 'gowin'"),
     (dict(split_acc=1), TypeError, "split_acc must be a bool, not 1"),
+    (dict(dsp_site=""), TypeError, "dsp_site must be a non-empty str or None, not ''"),
 ])
 def test_pe_invalid_parameters(kwargs, error, message):
     with pytest.raises(error, match=message):

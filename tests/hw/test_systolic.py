@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from amaranth import Value
+from amaranth import Module, Signal, Value
+from amaranth.hdl import ResetInserter
 
 import attn
 from golden.quant import matmul_exact, qmax, qmin
@@ -181,6 +182,56 @@ def test_latency_is_as_documented(dsp, lutram):
     assert dut.latency == 4 + dut.mult_latency + (3 if dut.lutram_fifo else 4)
 
 
+@pytest.mark.parametrize("dsp,reset_at", [("infer", 23), ("ecp5_registered", 31),
+                                           ("ecp5_registered", 9)])
+def test_recovers_from_reset_mid_stream(dsp, reset_at):
+    """A reset while tiles are in the array and results are leaving: afterwards only the
+    results of the tiles sent after the reset come out, exactly (the PEs' result registers
+    have no reset; their flags and the FIFO pointers do)."""
+    cfg = config(3, 4, dsp=dsp)
+    array = SystolicArray.from_config(cfg)
+    rst = Signal()
+    top = Module()
+    top.submodules.array = ResetInserter({"sync": rst})(array)
+    before = random_tiles(cfg, 8, seed=11)
+    after = random_tiles(cfg, 12, seed=12)
+    expected = np.concatenate([matmul_exact(a, b.T) for a, b in after])
+    got = []
+
+    def benches():
+        async def driver(ctx):
+            ctx.set(array.o_stream.ready, 1)
+            for phase, tiles in enumerate((before, after)):
+                beats = [w for a, b in tiles for w in array.encode_tile(a, b)]
+                i = cycle = drain = 0
+                while i < len(beats) or (phase == 1 and drain < 200):
+                    if phase == 0 and cycle == reset_at:
+                        break
+                    drain += i == len(beats)
+                    ctx.set(array.i_stream.valid, i < len(beats))
+                    if i < len(beats):
+                        ctx.set(Value.cast(array.i_stream.payload), beats[i])
+                    _, _, ready, valid, o_valid, o_payload = await ctx.tick().sample(
+                        array.i_stream.ready, array.i_stream.valid, array.o_stream.valid,
+                        Value.cast(array.o_stream.payload))
+                    i += bool(ready and valid)
+                    if phase == 1 and o_valid:
+                        got.append(o_payload)
+                    cycle += 1
+                if phase == 0:
+                    assert i < len(beats), "the reset should hit the stream in flight"
+                    ctx.set(array.i_stream.valid, 0)
+                    ctx.set(rst, 1)
+                    await ctx.tick()
+                    ctx.set(rst, 0)
+        return [driver]
+
+    run_simulation(top, benches, f"systolic_reset_{dsp}_{reset_at}", deadline_cycles=2000)
+    values, last = array.decode_rows(got)
+    assert_equal(f"rows after the reset ({dsp})", expected, values)
+    assert last.tolist() == [int(r == 2) for _ in after for r in range(3)]
+
+
 def test_default_fifo_depth():
     """The default FIFO holds the rows of every tile in flight: ``latency + rows``."""
     dut = SystolicArray.from_config(config(4, 4))
@@ -233,6 +284,7 @@ def test_encode_decode_helpers():
     (dict(fifo_depth=1), ValueError, "fifo_depth must be at least 2, not 1"),
     (dict(split_acc="yes"), TypeError, "split_acc must be a bool or None, not 'yes'"),
     (dict(lutram_fifo=1), TypeError, "lutram_fifo must be a bool or None, not 1"),
+    (dict(floorplan=None), TypeError, "floorplan must be a bool, not None"),
 ])
 def test_invalid_parameters(kwargs, error, message):
     params = dict(rows=2, cols=2, a_bits=12, b_bits=12, acc_bits=30) | kwargs
