@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Module, Mux, ResetInserter, Signal
+from amaranth import Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -165,13 +165,15 @@ class RegionReader(wiring.Component):
         if k == 1:
             m.d.comb += [queue.w_data.eq(self.mem.r_data), queue.w_en.eq(pending)]
         else:
-            beat = Signal(spec.beat_bits)
-            m.d.comb += [beat.eq(assembled | (self.mem.r_data << (width * part))),
-                         queue.w_data.eq(beat), queue.w_en.eq(pending & (part == k - 1))]
+            # Words arrive in order: word p of a beat goes to its own slot of `assembled`, and
+            # the last word goes straight from the memory into the queue beside the others
+            # (no shifter between the memory and the queue).
             with m.If(pending):
-                m.d.sync += assembled.eq(beat)
-                with m.If(part == k - 1):
-                    m.d.sync += assembled.eq(0)
+                for p in range(k - 1):
+                    with m.If(part == p):
+                        m.d.sync += assembled[width * p:width * (p + 1)].eq(self.mem.r_data)
+            m.d.comb += [queue.w_data.eq(Cat(assembled[:width * (k - 1)], self.mem.r_data)),
+                         queue.w_en.eq(pending & (part == k - 1))]
         with m.If(issue):
             m.d.sync += addr.eq(addr + 1)
         m.d.sync += pending.eq(issue)
@@ -181,7 +183,7 @@ class RegionReader(wiring.Component):
                 m.d.sync += [part.eq(issue_part),
                              issue_part.eq(Mux(issue_part == k - 1, 0, issue_part + 1))]
         with m.If(self.restart):
-            m.d.sync += [addr.eq(0), assembled.eq(0)]
+            m.d.sync += addr.eq(0)
             if k > 1:
                 m.d.sync += issue_part.eq(0)
         m.d.comb += [self.o_stream.valid.eq(queue.r_rdy), self.o_stream.payload.eq(queue.r_data),
