@@ -38,6 +38,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .core_io import lanes_layout, param_layout, run_args_layout
+from .dsp import times_constant
 from .requant import Requantizer
 from .softmax import Softmax
 from .systolic import SystolicArray
@@ -223,13 +224,9 @@ class AttentionCore(wiring.Component):
         k_mem = [mem(f"k_{c}", qkv_lanes, _ceil_div(lmax, C) * stride) for c in range(C)]
         v_mem = mem("v", qkv_lanes, lmax * stride)
 
-        stride_shifts = [i for i in range(stride.bit_length()) if stride >> i & 1]
-
         def at(block, word):
-            """Address of ``word`` of token (or token block) ``block``: ``block * stride`` as
-            a sum of shifts (a constant product would take a DSP block, unregistered, into
-            the address paths)."""
-            return sum((block << i for i in stride_shifts), word)
+            """Address of ``word`` of token (or token block) ``block``."""
+            return times_constant(block, stride) + word
         # scores: unit u reads rows u*RU .. u*RU + RU - 1 of a block from its own memory
         s_mem = [mem(f"scores_{u}", data.ArrayLayout(signed(cfg.score_bits), C),
                      2 * _pow2(RU) << cblk_bits) for u in range(U)]

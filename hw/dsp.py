@@ -26,7 +26,7 @@ from amaranth.hdl import Instance
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["DSP_LATENCY", "Multiplier", "check_bits", "check_site"]
+__all__ = ["DSP_LATENCY", "Multiplier", "check_bits", "check_site", "times_constant"]
 
 #: Latency in enabled clock cycles of each multiplier style.
 DSP_LATENCY = {"infer": 0, "ecp5_registered": 4}
@@ -42,6 +42,19 @@ def check_bits(name: str, value, minimum: int = 1, maximum: int | None = None) -
         upper = f" and at most {maximum}" if maximum is not None else ""
         raise ValueError(f"{name} must be at least {minimum}{upper}, not {value!r}")
     return value
+
+
+def times_constant(value, constant: int):
+    """``value * constant`` (``constant >= 0``) as a sum of shifted copies of ``value``.
+
+    Yosys maps a product with a constant to a DSP block like any other product: an
+    unregistered one in an address or length path, and one DSP fewer for the array (iCE40 has
+    eight). The sum costs one adder per set bit of ``constant`` beyond the first.
+    """
+    if not isinstance(constant, int) or constant < 0:
+        raise ValueError(f"constant must be a non-negative int, not {constant!r}")
+    terms = [value << i for i in range(constant.bit_length()) if constant >> i & 1]
+    return sum(terms[1:], terms[0]) if terms else Const(0, 1)
 
 
 def check_site(name: str, value) -> str | None:

@@ -53,6 +53,7 @@ from attn.protocol import (
 )
 
 from .crc import crc16_next
+from .dsp import times_constant
 from .uart import rx_layout
 
 __all__ = ["HostLink", "region_signature", "connect_uart", "host_ports", "connect_host"]
@@ -366,7 +367,7 @@ class HostLink(wiring.Component):
                     with m.Case(index):
                         m.d.comb += [ok_w.eq(region.writable), ok_r.eq(region.readable),
                                      depth.eq(region.depth), nb.eq(region.word_bytes),
-                                     nbytes.eq(count * region.word_bytes)]
+                                     nbytes.eq(times_constant(count, region.word_bytes))]
             return ok_w, ok_r, depth, nb, nbytes
 
         w_ok, _, w_depth, w_nb, w_bytes = region_info(w_region, w_count, "write")

@@ -4,10 +4,11 @@ primitive on an ECP5 platform."""
 import numpy as np
 import pytest
 from amaranth import Elaboratable, Module, Signal
-from amaranth.back import verilog
+from amaranth.back import rtlil, verilog
+from amaranth.sim import Simulator
 
 from golden.quant import qmax, qmin
-from hw.dsp import DSP_LATENCY, Multiplier
+from hw.dsp import DSP_LATENCY, Multiplier, times_constant
 from sim.amaranth_sim import run_simulation
 from sim.scoreboard import assert_equal
 
@@ -107,3 +108,27 @@ def test_ecp5_platform_instantiates_mult18x18d():
 def test_invalid_parameters(kwargs, error, message):
     with pytest.raises(error, match=message):
         Multiplier(**(dict(a_bits=16, b_bits=16) | kwargs))
+
+
+@pytest.mark.parametrize("constant", [0, 1, 2, 3, 18, 27, 48, 255])
+def test_times_constant_is_a_product_without_a_multiplier(constant):
+    x = Signal(10)
+    product = times_constant(x, constant)
+    values = [0, 1, 5, 777, 1023]
+    got = []
+
+    async def bench(ctx):
+        for v in values:
+            ctx.set(x, v)
+            got.append(ctx.get(product))
+
+    sim = Simulator(Module())
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == [v * constant for v in values]
+    m = Module()
+    out = Signal(len(product) if constant else 1)
+    m.d.comb += out.eq(product)
+    assert "$mul" not in rtlil.convert(m, ports=[x, out])   # nothing for Yosys to map to a DSP
+    with pytest.raises(ValueError, match="constant must be a non-negative int, not -2"):
+        times_constant(x, -2)
