@@ -154,8 +154,8 @@ class AttentionCore(wiring.Component):
         wpt = self.words_per_token
         blocks_r, blocks_c = _ceil_div(lmax, r), _ceil_div(lmax, c)
         return {
-            "x_concat": r * blocks_r * wpt * c * max(cfg.x_bits, cfg.head_bits),
-            "q": r * blocks_r * wpt * c * cfg.qkv_bits,
+            "x_concat_q": 2 * r * blocks_r * wpt * c * max(cfg.x_bits, cfg.head_bits,
+                                                        cfg.qkv_bits),
             "k": c * blocks_c * wpt * c * cfg.qkv_bits,
             "v": lmax * wpt * c * cfg.qkv_bits,
             "scores": 2 * _pow2(r) * _pow2(blocks_c) * c * cfg.score_bits,
@@ -216,11 +216,13 @@ class AttentionCore(wiring.Component):
             return memory
 
         qkv_lanes = data.ArrayLayout(signed(cfg.qkv_bits), C)   # written lane by lane
-        # X (used by the projections) and the head outputs (written after them) share banks
-        xo_lanes = data.ArrayLayout(signed(max(cfg.x_bits, cfg.head_bits)), C)
-        xo_mem = [mem(f"x_concat_{r}", xo_lanes, _ceil_div(lmax, R) * stride)
-                  for r in range(R)]
-        q_mem = [mem(f"q_{r}", qkv_lanes, _ceil_div(lmax, R) * stride) for r in range(R)]
+        # X, Q and the head outputs share R banks: X and the head outputs (written after the
+        # projections) at words [0, q_base), Q at [q_base, 2 q_base). The projections read X
+        # and attention reads Q, never both at once, so one read port per bank serves both and
+        # a bank fills its block RAM twice as far (the ECP5 ulx3s core did not fit otherwise).
+        xq_lanes = data.ArrayLayout(signed(max(cfg.x_bits, cfg.head_bits, cfg.qkv_bits)), C)
+        q_base = _ceil_div(lmax, R) * stride
+        xq_mem = [mem(f"xq_{r}", xq_lanes, 2 * q_base) for r in range(R)]
         k_mem = [mem(f"k_{c}", qkv_lanes, _ceil_div(lmax, C) * stride) for c in range(C)]
         v_mem = mem("v", qkv_lanes, lmax * stride)
 
@@ -333,14 +335,20 @@ class AttentionCore(wiring.Component):
         with m.If(~running):
             m.d.sync += x_loaded.eq(0)
         m.d.comb += load_x.eq(phase_proj & ~x_loaded)
-        with m.If(load_x & self.x_stream.valid):
+        # Q results and X loads share the banks' write ports: a Q row being written holds the
+        # X stream for that cycle.
+        q_write = Signal()
+        x_take = Signal()
+        m.d.comb += x_take.eq(load_x & self.x_stream.valid & ~q_write)
+        with m.If(x_take):
             with m.If(lx_w + 1 == wpd):
                 m.d.sync += [lx_w.eq(0), lx_tok.eq(lx_tok + 1)]
                 with m.If(lx_tok + 1 == L):
                     m.d.sync += x_loaded.eq(1)
             with m.Else():
                 m.d.sync += lx_w.eq(lx_w + 1)
-        m.d.comb += [self.p_stream.ready.eq(load_p), self.x_stream.ready.eq(load_x)]
+        m.d.comb += [self.p_stream.ready.eq(load_p),
+                     self.x_stream.ready.eq(load_x & ~q_write)]
         wp = c_mem.write_port()
         m.d.comb += [wp.addr.eq(lp_idx), wp.data.eq(self.p_stream.payload),
                      wp.en.eq(load_p & self.p_stream.valid & (lp_stage != 2))]
@@ -349,15 +357,14 @@ class AttentionCore(wiring.Component):
                      hwp.data.mult.eq(self.p_stream.payload.mult[0]),
                      hwp.data.shift.eq(self.p_stream.payload.shift[0]),
                      hwp.en.eq(load_p & self.p_stream.valid & (lp_stage == 2))]
-        xo_wr = [xo_mem[r].write_port(granularity=1) for r in range(R)]
+        xq_wr = [xq_mem[r].write_port(granularity=1) for r in range(R)]
         for r in range(R):
-            with m.If(load_x):
-                m.d.comb += [xo_wr[r].addr.eq(at(lx_tok >> lr, lx_w)),
-                             xo_wr[r].en.eq(Mux(self.x_stream.valid
-                                                & ((lx_tok[:lr] == r) if lr else 1),
+            with m.If(load_x & ~q_write):
+                m.d.comb += [xq_wr[r].addr.eq(at(lx_tok >> lr, lx_w)),
+                             xq_wr[r].en.eq(Mux(x_take & ((lx_tok[:lr] == r) if lr else 1),
                                                 (1 << C) - 1, 0))]
                 for c in range(C):
-                    m.d.comb += xo_wr[r].data[c].eq(self.x_stream.payload[c])
+                    m.d.comb += xq_wr[r].data[c].eq(self.x_stream.payload[c])
 
         # ---- feeder: array operations --------------------------------------------------
         # F0: counters -> memory addresses (issue); F1: memory data -> array beat.
@@ -613,15 +620,14 @@ class AttentionCore(wiring.Component):
 
         a_word_addr = Signal(range(_ceil_div(lmax, R) * stride + 1))
         m.d.comb += a_word_addr.eq(at(cur_rb, k_word))
-        q_rd = [q_mem[r].read_port() for r in range(R)]
-        o_rd = [xo_mem[r].read_port() for r in range(R)]
+        xq_rd = [xq_mem[r].read_port() for r in range(R)]
         p_rd = [p_mem[r].read_port() for r in range(R)]
         k_rd = [k_mem[c].read_port() for c in range(C)]
         v_rd = v_mem.read_port()
         for r in range(R):
             m.d.comb += [
-                q_rd[r].addr.eq(a_word_addr), q_rd[r].en.eq(adv),
-                o_rd[r].addr.eq(a_word_addr), o_rd[r].en.eq(adv),
+                xq_rd[r].addr.eq(a_word_addr + Mux(cur_op == _S, q_base, 0)),
+                xq_rd[r].en.eq(adv),
                 p_rd[r].addr.eq(Cat(k[:tok_bits], pv_n[0])), p_rd[r].en.eq(adv),
             ]
         for c in range(C):
@@ -638,13 +644,13 @@ class AttentionCore(wiring.Component):
             a = Signal(signed(cfg.a_bits), name=f"a_{r}")
             with m.Switch(f1.op):
                 with m.Case(_PROJ):
-                    m.d.comb += a.eq(o_rd[r].data[f1.lane])
+                    m.d.comb += a.eq(xq_rd[r].data[f1.lane])
                 with m.Case(_S):
-                    m.d.comb += a.eq(q_rd[r].data[f1.lane])
+                    m.d.comb += a.eq(xq_rd[r].data[f1.lane])
                 with m.Case(_PV):
                     m.d.comb += a.eq(p_rd[r].data)
                 with m.Case(_OUT):
-                    m.d.comb += a.eq(o_rd[r].data[f1.lane])
+                    m.d.comb += a.eq(xq_rd[r].data[f1.lane])
             m.d.comb += beat.a[r].eq(Mux(f1.rows[r], a, 0))
         for c in range(C):
             b = Signal(signed(cfg.b_bits), name=f"b_{c}")
@@ -752,17 +758,18 @@ class AttentionCore(wiring.Component):
                 Mux(ctrl.cols[c], clamp(res[c], cfg.y_bits).as_signed(), 0))
 
         wr = retire & valid_row
+        m.d.comb += q_write.eq(wr & (ctrl.op == _PROJ) & (ctrl.target == 0))
         for r in range(R):
-            port = q_mem[r].write_port(granularity=1)
-            m.d.comb += [port.addr.eq(at(token >> lr, ctrl.hword)),
-                         port.data.eq(lanes_of(cfg.qkv_bits)),
-                         port.en.eq(Mux(wr & (ctrl.op == _PROJ) & (ctrl.target == 0)
-                                        & ((token[:lr] == r) if lr else 1), ctrl.cols, 0))]
-            with m.If(~load_x):
-                port = xo_wr[r]
+            port = xq_wr[r]
+            mine = (token[:lr] == r) if lr else 1
+            with m.If(q_write):
+                m.d.comb += [port.addr.eq(at(token >> lr, ctrl.hword) + q_base),
+                             port.en.eq(Mux(mine, ctrl.cols, 0))]
+                for c in range(C):
+                    m.d.comb += port.data[c].eq(clamp(res[c], cfg.qkv_bits).as_signed())
+            with m.Elif(~load_x):
                 m.d.comb += [port.addr.eq(at(token >> lr, ctrl.hword)),
-                             port.en.eq(Mux(wr & (ctrl.op == _PV)
-                                            & ((token[:lr] == r) if lr else 1), ctrl.cols, 0))]
+                             port.en.eq(Mux(wr & (ctrl.op == _PV) & mine, ctrl.cols, 0))]
                 for c in range(C):
                     m.d.comb += port.data[c].eq(clamp(res[c], cfg.head_bits).as_signed())
         for c in range(C):
