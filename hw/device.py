@@ -299,22 +299,27 @@ class AttentionDevice(wiring.Component):
         ]
 
         # run control: check the arguments, restart the bridge, start the core, wait for it
+        # The checks take two registered steps (H * head_dim is a multiplier), so the start
+        # pulse is acted on two cycles later; run_args hold from start until the next RUN.
         args = link.run_args
+        product = Signal(len(args.head_dim) + len(args.heads))
         ok = Signal()
-        m.d.comb += ok.eq((args.seq_len >= 1) & (args.seq_len <= cfg.max_seq_len)
-                          & (args.heads >= 1) & (args.heads <= cfg.max_heads)
-                          & (args.d_model >= 1) & (args.d_model <= cfg.max_d_model)
-                          & (args.head_dim * args.heads == args.d_model)
-                          & (args.valid_len <= args.seq_len))
+        checking = Signal(2)     # the start pulse, delayed by one and by two cycles
+        m.d.sync += [product.eq(args.head_dim * args.heads),
+                     ok.eq((args.seq_len >= 1) & (args.seq_len <= cfg.max_seq_len)
+                           & (args.heads >= 1) & (args.heads <= cfg.max_heads)
+                           & (args.d_model >= 1) & (args.d_model <= cfg.max_d_model)
+                           & (product == args.d_model) & (args.valid_len <= args.seq_len)),
+                     checking.eq(Cat(link.start, checking[0]))]
         launching = Signal()     # core.start offered, not yet taken
         launched = Signal()      # the core has taken start
         for unit in (*readers.values(), writer):
             m.d.comb += unit.restart.eq(link.start)
         m.d.comb += [core.start.valid.eq(launching), core.start.payload.eq(args),
-                     link.busy.eq(launching | launched | core.busy),
+                     link.busy.eq(checking.any() | launching | launched | core.busy),
                      self.running.eq(launching | launched)]
         m.d.sync += link.done.eq(0)
-        with m.If(link.start):
+        with m.If(checking[1]):
             with m.If(ok):
                 m.d.sync += launching.eq(1)
             with m.Else():
@@ -325,5 +330,5 @@ class AttentionDevice(wiring.Component):
             m.d.sync += [launched.eq(0), link.done.eq(1),
                          link.status.eq(Mux(writer.overflow, STATUS_OVERFLOW, STATUS_OK))]
         with m.If(reset):
-            m.d.sync += [launching.eq(0), launched.eq(0)]
+            m.d.sync += [launching.eq(0), launched.eq(0), checking.eq(0)]
         return m

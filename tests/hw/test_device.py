@@ -145,6 +145,11 @@ def test_device_run_cosim():
             with pytest.raises(RunFailed, match=f"status {STATUS_BAD_ARGS}"):
                 device.run(pack_args(cfg, seq_len=3, d_model=6, heads=4, head_dim=1, causal=0,
                                      valid_len=3))
+            # H * head_dim = 40 = 8 + 32: equal to D = 8 only if the product wrapped at D's
+            # 5 bits
+            with pytest.raises(RunFailed, match=f"status {STATUS_BAD_ARGS}"):
+                device.run(pack_args(cfg, seq_len=3, d_model=8, heads=2, head_dim=20, causal=0,
+                                     valid_len=3))
 
 
 def pack_args(cfg, **args):
