@@ -618,7 +618,7 @@ class AttentionCore(wiring.Component):
         wb_r = w_mem.read_port(transparent_for=(wb_w,))
         m.d.comb += [wb_r.addr.eq(k), wb_r.en.eq(adv)]
 
-        a_word_addr = Signal(range(_ceil_div(lmax, R) * stride + 1))
+        a_word_addr = Signal(range(q_base + 1))
         m.d.comb += a_word_addr.eq(at(cur_rb, k_word))
         xq_rd = [xq_mem[r].read_port() for r in range(R)]
         p_rd = [p_mem[r].read_port() for r in range(R)]
@@ -641,17 +641,10 @@ class AttentionCore(wiring.Component):
         m.d.comb += [array.i_stream.valid.eq(f1_valid), beat.first.eq(f1.first),
                      beat.last.eq(f1.last)]
         for r in range(R):
+            # X / head outputs (projections, output) or Q (scores) from the shared bank, P (PV)
             a = Signal(signed(cfg.a_bits), name=f"a_{r}")
-            with m.Switch(f1.op):
-                with m.Case(_PROJ):
-                    m.d.comb += a.eq(xq_rd[r].data[f1.lane])
-                with m.Case(_S):
-                    m.d.comb += a.eq(xq_rd[r].data[f1.lane])
-                with m.Case(_PV):
-                    m.d.comb += a.eq(p_rd[r].data)
-                with m.Case(_OUT):
-                    m.d.comb += a.eq(xq_rd[r].data[f1.lane])
-            m.d.comb += beat.a[r].eq(Mux(f1.rows[r], a, 0))
+            m.d.comb += [a.eq(Mux(f1.op == _PV, p_rd[r].data, xq_rd[r].data[f1.lane])),
+                         beat.a[r].eq(Mux(f1.rows[r], a, 0))]
         for c in range(C):
             b = Signal(signed(cfg.b_bits), name=f"b_{c}")
             with m.Switch(f1.op):
