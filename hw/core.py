@@ -377,13 +377,13 @@ class AttentionCore(wiring.Component):
             "blk": unsigned(max(1, cblk_bits, wpt_bits)), "hword": unsigned(wpt_bits),
             "head": unsigned(max(1, _log2(hmax))), "slot": unsigned(1),
             "tile": unsigned(_log2(self.max_tiles) or 1), "col_mask": unsigned(C),
-            "op_last": unsigned(1), "run_last": unsigned(1), "params": param_layout(cfg),
+            "op_last": unsigned(1), "run_last": unsigned(1),
         })
         desc_depth = 8
         m.submodules.desc = desc = fifo.SyncFIFOBuffered(width=desc_layout.size,
                                                          depth=desc_depth)
-        # A tile's descriptor is pushed the cycle after its first beat is issued, together
-        # with its requantization constants read from memory in the issue cycle.
+        # A tile's descriptor is pushed the cycle after its first beat is issued; the writer
+        # reads the tile's requantization constants when it takes the descriptor.
         desc_in = Signal(desc_layout)
         pend = Signal()
         pend_desc = Signal(desc_layout)
@@ -564,25 +564,15 @@ class AttentionCore(wiring.Component):
         m.d.comb += row_mask.eq(Cat(rem_rows > r for r in range(R)))
         m.d.comb += [
             desc_in.op.eq(cur_op[:2]), desc_in.rb.eq(cur_rb),
-            desc_in.col_mask.eq(col_mask), desc_in.tile.eq(tile),
+            desc_in.col_mask.eq(col_mask),
             tile_issued.eq(issue & first),
         ]
-        c_rd = c_mem.read_port()
-        h_rd = h_mem.read_port()
-        m.d.comb += [c_rd.addr.eq(tile),
-                     h_rd.addr.eq(Cat(cur_op == _PV, Mux(cur_op == _PV, pv_h, s_h)))]
         m.d.sync += pend.eq(issue & first)
         with m.If(issue & first):
-            m.d.sync += pend_desc.eq(desc_in)
-        pushed = data.View(desc_layout, desc.w_data)
+            # (`tile` in the registered assignment: a continuous one from a register that
+            # keeps its initial value is never evaluated by Icarus, leaving X)
+            m.d.sync += [pend_desc.eq(desc_in), pend_desc.tile.eq(tile)]
         m.d.comb += [desc.w_en.eq(pend), desc.w_data.eq(pend_desc)]
-        with m.If((pend_desc.op == _PROJ) | (pend_desc.op == _OUT)):
-            m.d.comb += pushed.params.eq(c_rd.data)
-        with m.Else():
-            for c in range(C):
-                m.d.comb += [pushed.params.mult[c].eq(h_rd.data.mult),
-                             pushed.params.shift[c].eq(h_rd.data.shift),
-                             pushed.params.bias[c].eq(0)]
         with m.Switch(cur_op):
             with m.Case(_PROJ):
                 m.d.comb += [desc_in.target.eq(pj_m), desc_in.hword.eq(pj_base + pj_j),
@@ -660,15 +650,36 @@ class AttentionCore(wiring.Component):
         # The descriptor at the head of its FIFO belongs to the tile whose rows come out of
         # the array next; it gives the requantizer that tile's constants, and each row's
         # destination travels through a small FIFO beside the requantizer.
-        cur = data.View(desc_layout, desc.r_data)
+        # The writer takes the descriptor at the head of the FIFO into `cur` while it reads
+        # that tile's constants (projection and output tiles: per channel, by tile number;
+        # scores and P.V: per head); both are held until the tile's last row is requantized.
+        head_desc = data.View(desc_layout, desc.r_data)
+        cur = Signal(desc_layout)
+        cur_valid = Signal()
+        c_rd = c_mem.read_port()
+        h_rd = h_mem.read_port()
+        take_desc = Signal()
+        m.d.comb += take_desc.eq(desc.r_rdy & (~cur_valid | (rq.p_stream.valid
+                                                               & rq.p_stream.ready)))
+        m.d.comb += [desc.r_en.eq(take_desc),
+                     c_rd.addr.eq(head_desc.tile), c_rd.en.eq(take_desc),
+                     h_rd.addr.eq(Cat(head_desc.op == _PV, head_desc.head)),
+                     h_rd.en.eq(take_desc)]
+        with m.If(take_desc):
+            m.d.sync += [cur.eq(head_desc), cur_valid.eq(1)]
+        with m.Elif(rq.p_stream.valid & rq.p_stream.ready):
+            m.d.sync += cur_valid.eq(0)
+        per_channel = (cur.op == _PROJ) | (cur.op == _OUT)
         for g, unit in enumerate(rqs):
             lanes = range(g * per, (g + 1) * per)
-            m.d.comb += unit.p_stream.valid.eq(desc.r_rdy)
+            m.d.comb += unit.p_stream.valid.eq(cur_valid)
             for i, c in enumerate(lanes):
-                m.d.comb += [unit.p_stream.payload.mult[i].eq(cur.params.mult[c]),
-                             unit.p_stream.payload.shift[i].eq(cur.params.shift[c]),
-                             unit.p_stream.payload.bias[i].eq(cur.params.bias[c])]
-        m.d.comb += desc.r_en.eq(rq.p_stream.valid & rq.p_stream.ready)
+                m.d.comb += [
+                    unit.p_stream.payload.mult[i].eq(Mux(per_channel, c_rd.data.mult[c],
+                                                         h_rd.data.mult)),
+                    unit.p_stream.payload.shift[i].eq(Mux(per_channel, c_rd.data.shift[c],
+                                                          h_rd.data.shift)),
+                    unit.p_stream.payload.bias[i].eq(Mux(per_channel, c_rd.data.bias[c], 0))]
 
         ctrl_layout = data.StructLayout({
             "op": unsigned(2), "target": unsigned(2), "token": unsigned(_log2(lmax + R) + 1),
