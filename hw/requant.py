@@ -39,6 +39,9 @@ Shift
 -----
 Shifts larger than the product width give the same result as ``product width + 1`` (0 for
 both roundings), so the shifter is clamped there instead of being as wide as ``2**shift_bits``.
+For ``S >= 1`` the product is shifted by ``S - 1`` and the last bit left decides the rounding
+(``half_up``: ``(t + 1) >> 1``; ``half_even`` also looks at whether any lower bit was set), so
+no ``2**(S-1)`` is decoded or added.
 """
 
 from __future__ import annotations
@@ -176,20 +179,24 @@ class Requantizer(wiring.Component):
                     m.d.comb += [acc.eq(i.payload.acc[c]), bias.eq(p.payload.bias[c]),
                                  mult.eq(p.payload.mult[c]), shift.eq(p.payload.shift[c])]
 
-        # Stage 1: acc + bias; clamp the shift to pbits + 1 (same result, narrower shifter).
+        # Stage 1: acc + bias; the shift clamped to pbits + 1 (same result, narrower shifter)
+        # and taken as S - 1 with a flag for S = 0: round_shift(x, S) for S >= 1 is
+        # (x >> (S - 1)) rounded by its last bit, so no 2**(S-1) is ever added.
         total = Signal(signed(self.sum_bits), reset_less=True)
         mult1 = Signal(unsigned(self.mult_bits), reset_less=True)
         smax = pbits + 1
-        shift1 = Signal(range(smax + 1), reset_less=True)
-        # Stages 2-3: the product; stage 2 also carries the shift.
-        shift2 = Signal.like(shift1)
-        shift3 = Signal.like(shift1)
+        shift1 = Signal(range(smax), reset_less=True)       # max(S, 1) - 1, clamped
+        exact1 = Signal(reset_less=True)                    # S == 0: no rounding
+        # Stages 2-3: the product; the shift travels along.
+        shift2, shift3 = Signal.like(shift1), Signal.like(shift1)
+        exact2, exact3 = Signal(reset_less=True), Signal(reset_less=True)
         prod3 = Signal(signed(pbits), reset_less=True)
-        # Stage 4: shifted (and for half_even, the remainder and half); stage 5: result.
+        # Stage 4: t = x >> (S - 1) (and for half_even, whether bits below it were set);
+        # stage 5: the rounded, saturated result.
         work = pbits + 2
-        q4 = Signal(signed(work), reset_less=True)
-        rem4 = Signal(unsigned(work), reset_less=True)
-        half4 = Signal(unsigned(work), reset_less=True)
+        t4 = Signal(signed(work), reset_less=True)
+        exact4 = Signal(reset_less=True)
+        sticky4 = Signal(reset_less=True)
         out5 = Signal(signed(self.out_bits), reset_less=True)
 
         with m.If(~stall):
@@ -197,30 +204,28 @@ class Requantizer(wiring.Component):
             m.d.sync += [valid[n].eq(valid[n - 1]) for n in range(1, 5)]
             m.d.sync += [last[n].eq(last[n - 1]) for n in range(1, 5)]
             m.d.sync += [total.eq(acc + bias), mult1.eq(mult),
-                         shift1.eq(Mux(shift > smax, smax, shift)),
-                         shift2.eq(shift1), shift3.eq(shift2)]
+                         shift1.eq(Mux(shift > smax, smax - 1, Mux(shift == 0, 0, shift - 1))),
+                         exact1.eq(shift == 0),
+                         shift2.eq(shift1), shift3.eq(shift2),
+                         exact2.eq(exact1), exact3.eq(exact2), exact4.eq(exact3)]
             self._elaborate_product(m, total, mult1, prod3)
 
-            # Stage 4: round_shift, the variable part.
-            half = Signal(unsigned(work))  # 2**(S-1), 0 for S == 0
-            mask = Signal(unsigned(work))  # 2**S - 1
-            m.d.comb += [half.eq(Cat(*(shift3 == n + 1 for n in range(work)))),
-                         mask.eq(Cat(*(shift3 > n for n in range(work))))]
             wide = Signal(signed(work))
             m.d.comb += wide.eq(prod3)
-            if self.rounding == "half_up":
-                m.d.sync += q4.eq((wide + half.as_signed()) >> shift3)
-            else:
-                m.d.sync += [q4.eq(wide >> shift3), rem4.eq(wide.as_unsigned() & mask),
-                             half4.eq(half)]
+            m.d.sync += t4.eq(wide >> shift3)
+            if self.rounding == "half_even":
+                below = Cat(*(shift3 > n for n in range(work)))   # 2**(S-1) - 1
+                m.d.sync += sticky4.eq((wide.as_unsigned() & below) != 0)
 
-            # Stage 5: round to even, saturate.
-            rounded = Signal(signed(work + 1))
+            # Stage 5: q = t >> 1 rounded up by the half bit t[0]: always for half_up, for
+            # half_even unless it is an exact tie (nothing below) and q is already even.
+            q = t4 >> 1
             if self.rounding == "half_up":
-                m.d.comb += rounded.eq(q4)
+                up = t4[0]
             else:
-                up = (half4 != 0) & ((rem4 > half4) | ((rem4 == half4) & q4[0]))
-                m.d.comb += rounded.eq(q4 + up)
+                up = t4[0] & (sticky4 | q[0])
+            rounded = Signal(signed(work))
+            m.d.comb += rounded.eq(Mux(exact4, t4, q + up))
             hi = (1 << (self.out_bits - 1)) - 1
             lo = -(1 << (self.out_bits - 1))
             m.d.sync += out5.eq(Mux(rounded > hi, hi, Mux(rounded < lo, lo, rounded)))
