@@ -32,7 +32,7 @@ zeros and their results are dropped.
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -208,8 +208,11 @@ class AttentionCore(wiring.Component):
 
         on_ecp5 = getattr(platform, "family", None) == "ecp5"
 
-        def mem(name, shape, depth, small=False):
-            # small memories go to LUT RAM on ECP5, keeping block RAM for the big buffers
+        def mem(name, shape, depth, lutram=False):
+            # On ECP5 the shallow memories read by many lanes go to LUT RAM, keeping block RAM
+            # for the big buffers, unless they hold more than one block RAM's worth (16 Kbit):
+            # the ulx3s constants (432 bits x 213 words) took 1,512 DPR16X4 slices there
+            small = lutram and Shape.cast(shape).width * depth <= 16384
             attrs = {"ram_style": "distributed"} if small and on_ecp5 else None
             memory = Memory(shape=shape, depth=max(depth, 2), init=[], attrs=attrs)
             m.submodules[name] = memory
@@ -232,10 +235,10 @@ class AttentionCore(wiring.Component):
         # scores: unit u reads rows u*RU .. u*RU + RU - 1 of a block from its own memory
         s_mem = [mem(f"scores_{u}", data.ArrayLayout(signed(cfg.score_bits), C),
                      2 * _pow2(RU) << cblk_bits) for u in range(U)]
-        p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), 2 << tok_bits, small=True)
+        p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), 2 << tok_bits, lutram=True)
                  for r in range(R)]
         w_mem = mem("weights", lanes_layout(cfg, cfg.w_bits), _pow2(dmax))
-        c_mem = mem("params", param_layout(cfg), self.max_tiles, small=True)
+        c_mem = mem("params", param_layout(cfg), self.max_tiles, lutram=True)
         head_layout = data.StructLayout({"mult": unsigned(cfg.mult_bits),
                                          "shift": unsigned(cfg.shift_bits)})
         h_mem = mem("head_params", head_layout, 2 * _pow2(hmax))
