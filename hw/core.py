@@ -407,13 +407,15 @@ class AttentionCore(wiring.Component):
         pj_m, pj_h, pj_j = Signal(range(3)), Signal(range(hmax)), Signal(range(dmax + 1))
         pj_base = Signal(wpt_bits + 1)
         # attention op counters: S and PV sequences, each with (rb, head, base word)
+        # (score blocks, one per row block and head, are counted in `count` signals)
+        count = range(_ceil_div(lmax, R) * hmax + 1)
         s_rb, s_h, s_base, s_n = (Signal(range(lmax + 1)), Signal(range(hmax)),
-                                  Signal(wpt_bits + 1), Signal(16))
+                                  Signal(wpt_bits + 1), Signal(count))
         pv_rb, pv_h, pv_base, pv_n = (Signal(range(lmax + 1)), Signal(range(hmax)),
-                                      Signal(wpt_bits + 1), Signal(16))
+                                      Signal(wpt_bits + 1), Signal(count))
         s_end, pv_end = Signal(), Signal()
-        s_drained = Signal(16)      # S ops fully written to the score memory
-        blocks_done = [Signal(16, name=f"sm_done_{u}") for u in range(U)]
+        s_drained = Signal(count)   # S ops fully written to the score memory
+        blocks_done = [Signal(count, name=f"sm_done_{u}") for u in range(U)]
         sm_ready = Signal()         # every unit has written the probabilities of PV(pv_n)
         m.d.comb += sm_ready.eq(Cat(done > pv_n for done in blocks_done).all())
         # output loop
@@ -803,7 +805,7 @@ class AttentionCore(wiring.Component):
         # A block starts when its scores are written and every unit is idle; each unit then
         # streams its RU rows (all of them, also rows past L, whose probabilities PV ignores)
         # and writes the probabilities to the P banks of those rows.
-        sm_n = Signal(16)                     # blocks started
+        sm_n = Signal(count)                  # blocks started
         sm_rb, sm_h = Signal(range(lmax + 1)), Signal(range(hmax))
         blk_rb = Signal(range(lmax + 1))      # row block and slot of the block in flight
         blk_slot = Signal()
