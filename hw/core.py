@@ -38,7 +38,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .core_io import lanes_layout, param_layout, run_args_layout
-from .dsp import times_constant
+from .dsp import ice40_mac16, mac16_blocks, times_constant
 from .requant import Requantizer
 from .softmax import Softmax
 from .systolic import SystolicArray
@@ -142,6 +142,21 @@ class AttentionCore(wiring.Component):
         cfg = self.cfg
         return min(cfg.cols, _pow2(_ceil_div(cfg.rows * cfg.cols, 8)), 4)
 
+    def requant_multiplier(self, platform) -> str:
+        """The requantizers' multiplier on ``platform``: ``"infer"`` (DSP blocks), except on an
+        iCE40 whose SB_MAC16 blocks the array (one per PE) leaves too few for all of them
+        (:func:`hw.dsp.mac16_blocks` each): ``"shift_add"`` (fabric adders) there. On the
+        iCE40UP5K with 16-bit operands a 2x2 array leaves room (4 + 3 blocks), a 2x4 does
+        not."""
+        if not str(getattr(platform, "device", "")).lower().startswith("ice40"):
+            return "infer"
+        cfg = self.cfg
+        rq = Requantizer(lanes=1, in_bits=cfg.acc_bits, bias_bits=cfg.bias_bits,
+                         mult_bits=cfg.mult_bits, shift_bits=cfg.shift_bits, out_bits=2)
+        need = (cfg.pes * mac16_blocks(cfg.a_bits, cfg.b_bits)
+                + self.requant_units * mac16_blocks(rq.sum_bits, cfg.mult_bits))
+        return "infer" if need <= ice40_mac16(platform) else "shift_add"
+
     @property
     def max_tiles(self) -> int:
         """Constant words: projection and output tiles."""
@@ -192,17 +207,14 @@ class AttentionCore(wiring.Component):
         # are clamped afterwards to the width of the row's stage (clamping to a wider range
         # first changes nothing).
         rq_bits = max(cfg.qkv_bits, cfg.score_bits, cfg.head_bits, cfg.y_bits)
-        # On iCE40 every SB_MAC16 belongs to the array: requantize with fabric adders.
-        on_ice40 = str(getattr(platform, "device", "")).lower().startswith("ice40")
-        multiplier = "shift_add" if on_ice40 else "infer"
         units = self.requant_units
         per = C // units
-        rqs = []
+        rqs = [Requantizer(lanes=per, in_bits=cfg.acc_bits, bias_bits=cfg.bias_bits,
+                           mult_bits=cfg.mult_bits, shift_bits=cfg.shift_bits,
+                           out_bits=rq_bits, rounding=cfg.rounding,
+                           multiplier=self.requant_multiplier(platform))
+               for g in range(units)]
         for g in range(units):
-            rqs.append(Requantizer(lanes=per, in_bits=cfg.acc_bits, bias_bits=cfg.bias_bits,
-                                   mult_bits=cfg.mult_bits, shift_bits=cfg.shift_bits,
-                                   out_bits=rq_bits, rounding=cfg.rounding,
-                                   multiplier=multiplier))
             m.submodules[f"requant_{g}"] = rqs[g]
         rq = rqs[0]
 

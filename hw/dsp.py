@@ -26,12 +26,38 @@ from amaranth.hdl import Instance
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["DSP_LATENCY", "Multiplier", "check_bits", "check_site", "times_constant"]
+__all__ = ["DSP_LATENCY", "Multiplier", "check_bits", "check_site", "times_constant",
+           "ice40_mac16", "mac16_blocks"]
 
 #: Latency in enabled clock cycles of each multiplier style.
 DSP_LATENCY = {"infer": 0, "ecp5_registered": 4}
 
 _ECP5_WIDTH = 18  # MULT18X18D operand width
+_MAC16_WIDTH = 16  # SB_MAC16 operand width
+
+#: SB_MAC16 blocks of the iCE40 devices that have any (the HX and LP parts have none).
+_ICE40_MAC16 = {"ice40up5k": 8, "ice40up3k": 4}
+
+
+def ice40_mac16(platform) -> int:
+    """SB_MAC16 blocks of an iCE40 ``platform``'s device; 0 for any other platform or none."""
+    device = str(getattr(platform, "device", "")).lower()
+    return _ICE40_MAC16.get(device, 0)
+
+
+def mac16_blocks(a_bits: int, b_bits: int) -> int:
+    """SB_MAC16 blocks Yosys (``synth_ice40 -dsp``) builds a signed ``a_bits`` by unsigned
+    ``b_bits`` product from.
+
+    Yosys's ``mul2dsp`` cuts each operand into 16-bit slices (the last one shorter) and maps
+    each pair of slices to one block, except pairs with a slice under 2 bits or a product under
+    11 bits, which it leaves to the fabric.
+    """
+    def slices(bits):
+        return [_MAC16_WIDTH] * (bits // _MAC16_WIDTH) + [bits % _MAC16_WIDTH] * (
+            bits % _MAC16_WIDTH > 0)
+    return sum(1 for a in slices(a_bits) for b in slices(b_bits)
+               if a >= 2 and b >= 2 and a + b >= 11)
 
 
 def check_bits(name: str, value, minimum: int = 1, maximum: int | None = None) -> int:

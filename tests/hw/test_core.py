@@ -171,6 +171,23 @@ def test_core_rejects_non_power_of_two_arrays():
         AttentionCore(preset("tiny").replace(cols=3))
 
 
+class _Platform:
+    def __init__(self, device, family):
+        self.device, self.family = device, family
+
+
+@pytest.mark.parametrize("name, device, family, expected", [
+    ("tiny", "iCE40UP5K", "ice40", "infer"),          # 4 PE blocks + 1 requantizer x 3
+    ("icebreaker", "iCE40UP5K", "ice40", "shift_add"),  # 8 PE blocks leave none
+    ("tiny", "iCE40HX8K", "ice40", "shift_add"),      # no SB_MAC16 at all
+    ("icebreaker", "LFE5U-85F", "ecp5", "infer"),
+])
+def test_core_requantizer_multiplier_fits_the_dsp_budget(name, device, family, expected):
+    core = AttentionCore(preset(name))
+    assert core.requant_multiplier(_Platform(device, family)) == expected
+    assert core.requant_multiplier(None) == "infer"
+
+
 @pytest.mark.parametrize("sim,name,shape,stall", [
     ("icarus", "tiny", (5, 12, 2), 0.3),
     ("verilator", "default", (16, 32, 4), 0.2),

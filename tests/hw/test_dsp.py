@@ -1,14 +1,18 @@
 """Multipliers: exact products, the documented latency under a toggling enable, and the ECP5
 primitive on an ECP5 platform."""
 
+import json
+import subprocess
+
 import numpy as np
 import pytest
-from amaranth import Elaboratable, Module, Signal
+from amaranth import Elaboratable, Module, Signal, signed
 from amaranth.back import rtlil, verilog
 from amaranth.sim import Simulator
 
+from boards.toolchain import use_yowasp
 from golden.quant import qmax, qmin
-from hw.dsp import DSP_LATENCY, Multiplier, times_constant
+from hw.dsp import DSP_LATENCY, Multiplier, ice40_mac16, mac16_blocks, times_constant
 from sim.amaranth_sim import run_simulation
 from sim.scoreboard import assert_equal
 
@@ -132,3 +136,39 @@ def test_times_constant_is_a_product_without_a_multiplier(constant):
     assert "$mul" not in rtlil.convert(m, ports=[x, out])   # nothing for Yosys to map to a DSP
     with pytest.raises(ValueError, match="constant must be a non-negative int, not -2"):
         times_constant(x, -2)
+
+
+class _Product(Elaboratable):
+    def __init__(self, a_bits, b_bits):
+        self.a = Signal(signed(a_bits))
+        self.b = Signal(b_bits)
+        self.p = Signal(signed(a_bits + b_bits))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.p.eq(self.a * self.b)
+        return m
+
+
+@pytest.mark.parametrize("a_bits, b_bits", [(16, 16), (17, 16), (37, 16), (40, 12), (33, 20),
+                                            (20, 3), (34, 18), (5, 5)])
+def test_mac16_blocks_is_what_yosys_builds(a_bits, b_bits, tmp_path):
+    """The count the core plans the iCE40's SB_MAC16 budget with is Yosys's own."""
+    tools = use_yowasp("ice40", bitstream=False, prefer_native=False, log=None)
+    top = _Product(a_bits, b_bits)
+    (tmp_path / "p.il").write_text(rtlil.convert(top, ports=[top.a, top.b, top.p]))
+    subprocess.run([tools["yosys"], "-q", "-p", "read_rtlil p.il; synth_ice40 -dsp -top top; "
+                    "tee -q -o stat.json stat -json"], cwd=tmp_path, check=True)
+    cells = json.loads((tmp_path / "stat.json").read_text())["modules"]["\\top"]
+    used = cells["num_cells_by_type"].get("SB_MAC16", 0)
+    assert used == mac16_blocks(a_bits, b_bits), f"Yosys used {used} SB_MAC16"
+
+
+def test_ice40_mac16_counts_the_device_blocks():
+    class Platform:
+        def __init__(self, device):
+            self.device = device
+    assert ice40_mac16(Platform("iCE40UP5K")) == 8
+    assert ice40_mac16(Platform("iCE40HX8K")) == 0
+    assert ice40_mac16(Platform("LFE5U-85F")) == 0
+    assert ice40_mac16(None) == 0
