@@ -133,12 +133,16 @@ class DeviceMap:
 class RegionReader(wiring.Component):
     """Streams a region out from word 0, one beat of ``words_per_beat`` words per beat.
 
-    Up to one beat per cycle when ``words_per_beat`` is 1. ``restart`` (a cycle pulse) goes
-    back to word 0 and drops what was fetched. Reading stops at the end of the region.
+    With ``queued`` (the default), one beat per ``words_per_beat`` cycles while the consumer is
+    ready: behind a 4-beat queue for 1 or 2 words per beat, one output register for more. With
+    ``queued=False`` always the output register: one beat per ``max(3, words_per_beat)``
+    cycles, for a stream whose rate does not matter (the constants, one beat per tile).
+    ``restart`` (a cycle pulse) goes back to word 0 and drops what was fetched. Reading stops
+    at the end of the region.
     """
 
-    def __init__(self, spec: StreamRegion):
-        self.spec = spec
+    def __init__(self, spec: StreamRegion, *, queued: bool = True):
+        self.spec, self.queued = spec, queued
         super().__init__({
             "mem": Out(region_signature(spec.region)),
             "o_stream": Out(stream.Signature(spec.beat_bits)),
@@ -149,45 +153,65 @@ class RegionReader(wiring.Component):
         m = Module()
         spec, region = self.spec, self.spec.region
         k, width = spec.words_per_beat, region.width
-        m.submodules.queue = queue = ResetInserter(self.restart)(
-            fifo.SyncFIFOBuffered(width=spec.beat_bits, depth=4))
         addr = Signal(range(region.depth + 1))
         pending = Signal()                     # a word was read last cycle
         part = Signal(range(k))                # index of the word read last cycle in its beat
-        assembled = Signal(spec.beat_bits)
+        issue_part = Signal(range(k))          # index in its beat of the word read now
+        assembled = Signal(width * max(1, k - 1))
         issue = Signal()
-        # at most one beat in flight beyond the queue's level: never more than 4 beats queued
+        more = Signal()
         m.d.comb += [
-            issue.eq((addr < region.depth) & (queue.level < 2) & ~self.restart),
+            more.eq((addr < region.depth) & ~self.restart),
             self.mem.r_addr.eq(addr[:len(self.mem.r_addr)]),
             self.mem.r_en.eq(issue),
         ]
+        if self.queued and k < 3:
+            # A beat every cycle or every other one: a queue of 4 beats, which the beat in
+            # flight (read last cycle) and the one read now must fit in.
+            m.submodules.queue = queue = ResetInserter(self.restart)(
+                fifo.SyncFIFOBuffered(width=spec.beat_bits, depth=4))
+            m.d.comb += [issue.eq(more & (queue.level + pending < 4)),
+                         self.o_stream.valid.eq(queue.r_rdy),
+                         self.o_stream.payload.eq(queue.r_data),
+                         queue.r_en.eq(self.o_stream.ready)]
+            w_data, w_en = queue.w_data, queue.w_en
+        else:
+            # One output register. The last word of a beat is read only while the register is
+            # empty and is not being filled, so it always finds the register free; with a
+            # consumer that is always ready the register is free again two cycles after it
+            # filled, in time for the next last word when a beat has 3 words or more.
+            out = Signal(spec.beat_bits)
+            out_valid = Signal()
+            w_data, w_en = Signal(spec.beat_bits), Signal()
+            m.d.comb += [issue.eq(more & ((issue_part != k - 1) | ~(out_valid | w_en))),
+                         self.o_stream.valid.eq(out_valid),
+                         self.o_stream.payload.eq(out)]
+            with m.If(self.o_stream.ready):
+                m.d.sync += out_valid.eq(0)
+            with m.If(w_en):
+                m.d.sync += [out.eq(w_data), out_valid.eq(1)]
+            with m.If(self.restart):
+                m.d.sync += out_valid.eq(0)
         if k == 1:
-            m.d.comb += [queue.w_data.eq(self.mem.r_data), queue.w_en.eq(pending)]
+            m.d.comb += [w_data.eq(self.mem.r_data), w_en.eq(pending)]
         else:
             # Words arrive in order: word p of a beat goes to its own slot of `assembled`, and
-            # the last word goes straight from the memory into the queue beside the others
-            # (no shifter between the memory and the queue).
+            # the last word goes straight from the memory into the queue or register beside
+            # the others (no shifter between the memory and the beat).
             with m.If(pending):
                 for p in range(k - 1):
                     with m.If(part == p):
                         m.d.sync += assembled[width * p:width * (p + 1)].eq(self.mem.r_data)
-            m.d.comb += [queue.w_data.eq(Cat(assembled[:width * (k - 1)], self.mem.r_data)),
-                         queue.w_en.eq(pending & (part == k - 1))]
-        with m.If(issue):
-            m.d.sync += addr.eq(addr + 1)
-        m.d.sync += pending.eq(issue)
-        if k > 1:
-            issue_part = Signal(range(k))      # index in its beat of the word read now
+            m.d.comb += [w_data.eq(Cat(assembled[:width * (k - 1)], self.mem.r_data)),
+                         w_en.eq(pending & (part == k - 1))]
             with m.If(issue):
                 m.d.sync += [part.eq(issue_part),
                              issue_part.eq(Mux(issue_part == k - 1, 0, issue_part + 1))]
+        with m.If(issue):
+            m.d.sync += addr.eq(addr + 1)
+        m.d.sync += pending.eq(issue)
         with m.If(self.restart):
-            m.d.sync += addr.eq(0)
-            if k > 1:
-                m.d.sync += issue_part.eq(0)
-        m.d.comb += [self.o_stream.valid.eq(queue.r_rdy), self.o_stream.payload.eq(queue.r_data),
-                     queue.r_en.eq(self.o_stream.ready)]
+            m.d.sync += [addr.eq(0), issue_part.eq(0)]
         return m
 
 
@@ -277,7 +301,9 @@ class AttentionDevice(wiring.Component):
         m.submodules.core = core = ResetInserter(reset)(self.core)
         readers = {}
         for name in ("params", "x", "w"):
-            readers[name] = ResetInserter(reset)(RegionReader(self.map.streams[name]))
+            # the constants go into the core's memory once per run: no queue for them
+            readers[name] = ResetInserter(reset)(RegionReader(self.map.streams[name],
+                                                              queued=name != "params"))
             m.submodules[f"read_{name}"] = readers[name]
             wiring.connect(m, readers[name].mem, link.region_port(name))
         m.submodules.write_y = writer = ResetInserter(reset)(RegionWriter(self.map.streams["y"]))

@@ -60,9 +60,9 @@ def test_map_too_large():
 # -- readers and writers -------------------------------------------------------------------------
 
 class _ReaderBench(wiring.Component):
-    def __init__(self, spec, contents):
+    def __init__(self, spec, contents, queued=True):
         self.spec, self.contents = spec, contents
-        self.reader = RegionReader(spec)
+        self.reader = RegionReader(spec, queued=queued)
         super().__init__({"o_stream": Out(stream.Signature(spec.beat_bits)), "restart": In(1)})
 
     def elaborate(self, platform):
@@ -79,15 +79,17 @@ class _ReaderBench(wiring.Component):
         return m
 
 
-@pytest.mark.parametrize("words_per_beat,stall", [(1, 0.0), (1, 0.5), (3, 0.0), (3, 0.4)])
-def test_reader(words_per_beat, stall):
+@pytest.mark.parametrize("queued", [True, False])
+@pytest.mark.parametrize("words_per_beat,stall", [(1, 0.0), (1, 0.5), (2, 0.3), (3, 0.0),
+                                                  (3, 0.4), (4, 0.6), (5, 0.2)])
+def test_reader(words_per_beat, stall, queued):
     width = 10
     spec = StreamRegion(P.Region("r", width, 12 * words_per_beat), width * words_per_beat - 3,
                         words_per_beat)
     rng = random.Random(words_per_beat)
     contents = [rng.getrandbits(width) for _ in range(spec.region.depth)]
     beats = [b & ((1 << spec.beat_bits) - 1) for b in spec.to_beats(contents)]
-    dut = _ReaderBench(spec, contents)
+    dut = _ReaderBench(spec, contents, queued)
     got = []
 
     def benches():
@@ -100,8 +102,32 @@ def test_reader(words_per_beat, stall):
             got.extend(await get_all(ctx, dut.o_stream, 12, Pattern(stall, 4)))
         return [bench]
 
-    run_simulation(dut, benches, f"reader_{words_per_beat}_{stall}", deadline_cycles=2000)
+    run_simulation(dut, benches, f"reader_{words_per_beat}_{stall}_{queued}",
+                   deadline_cycles=2000)
     assert_equal("reader beats", beats[:5] + beats, got)
+
+
+@pytest.mark.parametrize("queued", [True, False])
+@pytest.mark.parametrize("words_per_beat", [1, 2, 3, 4])
+def test_reader_rate(words_per_beat, queued):
+    """With a consumer that is always ready, a beat every ``words_per_beat`` cycles (at least
+    every 3 without the queue)."""
+    width = 8
+    spec = StreamRegion(P.Region("r", width, 16 * words_per_beat), width * words_per_beat,
+                        words_per_beat)
+    contents = list(range(spec.region.depth))
+    dut = _ReaderBench(spec, contents, queued)
+    cycles = []
+
+    def benches():
+        async def bench(ctx):
+            await get_all(ctx, dut.o_stream, 16, cycles=cycles)
+        return [bench]
+
+    run_simulation(dut, benches, f"reader_rate_{words_per_beat}_{queued}", deadline_cycles=500)
+    gaps = {b - a for a, b in zip(cycles[1:], cycles[2:])}
+    expected = words_per_beat if queued else max(3, words_per_beat)
+    assert gaps == {expected}, f"cycles between beats: {sorted(gaps)}"
 
 
 @pytest.mark.parametrize("words_per_beat", [1, 2])
