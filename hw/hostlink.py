@@ -53,7 +53,6 @@ from attn.protocol import (
 )
 
 from .crc import crc16_next
-from .dsp import times_constant
 from .uart import rx_layout
 
 __all__ = ["HostLink", "region_signature", "connect_uart", "host_ports", "connect_host"]
@@ -356,42 +355,45 @@ class HostLink(wiring.Component):
         run_tag = head[:8 * TAG_BYTES]
         run_args = head[8 * RUN_ARGS_OFFSET:8 * RUN_ARGS_OFFSET + self.run_bits]
 
-        def region_info(sel, count, name):
-            ok_w = Signal(name=f"{name}_writable")
-            ok_r = Signal(name=f"{name}_readable")
-            depth = Signal(17, name=f"{name}_depth")
-            nb = Signal(4, name=f"{name}_word_bytes")
-            nbytes = Signal(20, name=f"{name}_bytes")
-            with m.Switch(sel):
-                for index, region in enumerate(regions):
-                    with m.Case(index):
-                        m.d.comb += [ok_w.eq(region.writable), ok_r.eq(region.readable),
-                                     depth.eq(region.depth), nb.eq(region.word_bytes),
-                                     nbytes.eq(times_constant(count, region.word_bytes))]
-            return ok_w, ok_r, depth, nb, nbytes
-
-        w_ok, _, w_depth, w_nb, w_bytes = region_info(w_region, w_count, "write")
-        _, r_ok, r_depth, r_nb, r_bytes = region_info(r_region, r_count, "read")
+        # WRITE and READ share one region lookup, one range check and one byte count: the
+        # command picks the fields (it is known from the second byte of the frame on).
+        is_read = Signal()
+        m.d.comb += is_read.eq(cmd == Command.READ)
+        sel = Signal(8)
+        count = Signal(len(w_count))
+        addr = Signal(max(len(w_addr), len(r_addr)))
+        m.d.comb += [sel.eq(Mux(is_read, r_region, w_region)),
+                     count.eq(Mux(is_read, r_count, w_count)),
+                     addr.eq(Mux(is_read, r_addr, w_addr))]
+        ok_w, ok_r = Signal(), Signal()
+        depth = Signal(17)
+        nb = Signal(4)                       # bytes per word of the region
+        with m.Switch(sel):
+            for index, region in enumerate(regions):
+                with m.Case(index):
+                    m.d.comb += [ok_w.eq(region.writable), ok_r.eq(region.readable),
+                                 depth.eq(region.depth), nb.eq(region.word_bytes)]
+        # count * nb as shifted copies selected by the bits of nb (a `*` would take a DSP)
+        nbytes = Signal(len(count) + len(nb))
+        m.d.comb += nbytes.eq(sum(Mux(nb[i], count << i, 0) for i in range(len(nb))))
         # The checks, registered in state DECODE so that EXEC only combines flags.
         run_length = RUN_ARGS_OFFSET + run_arg_bytes(self.run_bits)
         checks = {
             "w_short": length < WRITE_HEADER,
             "w_tag": w_tag != self.tag,
-            "w_region": (w_region >= len(regions)) | ~w_ok,
-            "w_range": w_addr + w_count > w_depth,
-            "w_length": length != WRITE_HEADER + w_bytes,
-            "w_empty": w_count == 0,
+            "w_region": (sel >= len(regions)) | ~ok_w,
+            "range": addr + count > depth,
+            "w_length": length != WRITE_HEADER + nbytes,
+            "w_empty": count == 0,
             "r_length": length != READ_PAYLOAD,
-            "r_region": (r_region >= len(regions)) | ~r_ok,
-            "r_range": r_addr + r_count > r_depth,
-            "r_long": r_bytes > MAX_LENGTH,
+            "r_region": (sel >= len(regions)) | ~ok_r,
+            "r_long": nbytes > MAX_LENGTH,
             "run_length": length != run_length,
             "run_tag": run_tag != self.tag,
             "nonempty": length != 0,
         }
         bad = {name: Signal(name=f"check_{name}") for name in checks}
-        r_nb_q = Signal.like(r_nb)
-        w_nb_q = Signal.like(w_nb)
+        nb_q = Signal.like(nb)
         r_bytes_q = Signal(16)
         ident_len = len(self.ident)
 
@@ -463,7 +465,7 @@ class HostLink(wiring.Component):
             # -- check and execute ----------------------------------------------------------
             with m.State("DECODE"):
                 m.d.sync += [bad[name].eq(cond) for name, cond in checks.items()]
-                m.d.sync += [r_nb_q.eq(r_nb), w_nb_q.eq(w_nb), r_bytes_q.eq(r_bytes)]
+                m.d.sync += [nb_q.eq(nb), r_bytes_q.eq(nbytes)]
                 m.next = "EXEC"
             with m.State("EXEC"):
                 m.d.sync += ptr.eq(0)
@@ -507,14 +509,14 @@ class HostLink(wiring.Component):
                     with m.Case(Command.WRITE):
                         m.d.sync += [region_sel.eq(w_region), ptr.eq(w_addr),
                                      idx.eq(WRITE_HEADER), words_left.eq(w_count),
-                                     wb.eq(w_nb_q), byte_no.eq(0), word.eq(0)]
+                                     wb.eq(nb_q), byte_no.eq(0), word.eq(0)]
                         with m.If(bad["w_short"]):
                             error(m, Status.BAD_LENGTH)
                         with m.Elif(bad["w_tag"]):
                             error(m, Status.BAD_TAG)
                         with m.Elif(bad["w_region"]):
                             error(m, Status.BAD_REGION)
-                        with m.Elif(bad["w_range"]):
+                        with m.Elif(bad["range"]):
                             error(m, Status.BAD_RANGE)
                         with m.Elif(bad["w_length"]):
                             error(m, Status.BAD_LENGTH)
@@ -530,7 +532,7 @@ class HostLink(wiring.Component):
                             error(m, Status.BAD_LENGTH)
                         with m.Elif(bad["r_region"]):
                             error(m, Status.BAD_REGION)
-                        with m.Elif(bad["r_range"]):
+                        with m.Elif(bad["range"]):
                             error(m, Status.BAD_RANGE)
                         with m.Elif(bad["r_long"]):
                             error(m, Status.BAD_LENGTH)
@@ -538,7 +540,7 @@ class HostLink(wiring.Component):
                             error(m, Status.BUSY)
                         with m.Else():
                             m.d.sync += [r_status.eq(Status.OK), r_len.eq(r_bytes_q),
-                                         words_left.eq(r_count), wb.eq(r_nb_q), src.eq(SRC_MEM)]
+                                         words_left.eq(r_count), wb.eq(nb_q), src.eq(SRC_MEM)]
                             m.next = "R_SYNC"
                     with m.Default():
                         error(m, Status.BAD_COMMAND)
