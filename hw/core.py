@@ -39,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 
 from .core_io import lanes_layout, param_layout, run_args_layout
 from .dsp import ice40_mac16, mac16_blocks, times_constant
-from .requant import Requantizer
+from .requant import Requantizer, sum_width
 from .softmax import Softmax
 from .systolic import SystolicArray
 
@@ -151,10 +151,9 @@ class AttentionCore(wiring.Component):
         if not str(getattr(platform, "device", "")).lower().startswith("ice40"):
             return "infer"
         cfg = self.cfg
-        rq = Requantizer(lanes=1, in_bits=cfg.acc_bits, bias_bits=cfg.bias_bits,
-                         mult_bits=cfg.mult_bits, shift_bits=cfg.shift_bits, out_bits=2)
         need = (cfg.pes * mac16_blocks(cfg.a_bits, cfg.b_bits)
-                + self.requant_units * mac16_blocks(rq.sum_bits, cfg.mult_bits))
+                + self.requant_units * mac16_blocks(sum_width(cfg.acc_bits, cfg.bias_bits),
+                                                    cfg.mult_bits))
         return "infer" if need <= ice40_mac16(platform) else "shift_add"
 
     @property
@@ -209,12 +208,13 @@ class AttentionCore(wiring.Component):
         rq_bits = max(cfg.qkv_bits, cfg.score_bits, cfg.head_bits, cfg.y_bits)
         units = self.requant_units
         per = C // units
-        rqs = [Requantizer(lanes=per, in_bits=cfg.acc_bits, bias_bits=cfg.bias_bits,
-                           mult_bits=cfg.mult_bits, shift_bits=cfg.shift_bits,
-                           out_bits=rq_bits, rounding=cfg.rounding,
-                           multiplier=self.requant_multiplier(platform))
-               for g in range(units)]
+        multiplier = self.requant_multiplier(platform)
+        rqs = []
         for g in range(units):
+            rqs.append(Requantizer(lanes=per, in_bits=cfg.acc_bits, bias_bits=cfg.bias_bits,
+                                   mult_bits=cfg.mult_bits, shift_bits=cfg.shift_bits,
+                                   out_bits=rq_bits, rounding=cfg.rounding,
+                                   multiplier=multiplier))
             m.submodules[f"requant_{g}"] = rqs[g]
         rq = rqs[0]
 

@@ -53,11 +53,17 @@ from amaranth.lib.wiring import In, Out
 from .dsp import check_bits
 from .systolic import output_layout
 
-__all__ = ["Requantizer", "param_layout", "MULTIPLIERS"]
+__all__ = ["Requantizer", "param_layout", "sum_width", "MULTIPLIERS"]
 
 MULTIPLIERS = ("infer", "shift_add")
 ROUNDINGS = ("half_up", "half_even")
 _CHUNK = 4  # multiplier bits per partial product of the shift-add multiplier
+
+
+def sum_width(in_bits: int, bias_bits: int) -> int:
+    """Signed width of ``acc + bias`` for a signed ``in_bits`` accumulator and a signed
+    ``bias_bits`` bias (the multiplier's other operand has ``mult_bits``)."""
+    return max(in_bits, bias_bits) + 1
 
 
 def param_layout(lanes: int, mult_bits: int, shift_bits: int, bias_bits: int):
@@ -140,7 +146,7 @@ class Requantizer(wiring.Component):
     @property
     def sum_bits(self) -> int:
         """Signed width of ``acc + bias``."""
-        return max(self.in_bits, self.bias_bits) + 1
+        return sum_width(self.in_bits, self.bias_bits)
 
     @property
     def product_bits(self) -> int:

@@ -10,7 +10,7 @@ from amaranth import Elaboratable, Module, Signal, signed
 from amaranth.back import rtlil, verilog
 from amaranth.sim import Simulator
 
-from boards.toolchain import use_yowasp
+from boards.toolchain import ToolchainError, use_yowasp
 from golden.quant import qmax, qmin
 from hw.dsp import DSP_LATENCY, Multiplier, ice40_mac16, mac16_blocks, times_constant
 from sim.amaranth_sim import run_simulation
@@ -154,7 +154,10 @@ class _Product(Elaboratable):
                                             (20, 3), (34, 18), (5, 5)])
 def test_mac16_blocks_is_what_yosys_builds(a_bits, b_bits, tmp_path):
     """The count the core plans the iCE40's SB_MAC16 budget with is Yosys's own."""
-    tools = use_yowasp("ice40", bitstream=False, prefer_native=False, log=None)
+    try:
+        tools = use_yowasp("ice40", bitstream=False, log=None)
+    except ToolchainError as exc:
+        pytest.skip(str(exc))
     top = _Product(a_bits, b_bits)
     (tmp_path / "p.il").write_text(rtlil.convert(top, ports=[top.a, top.b, top.p]))
     subprocess.run([tools["yosys"], "-q", "-p", "read_rtlil p.il; synth_ice40 -dsp -top top; "
