@@ -34,13 +34,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth import Cat, Module, Mux, ResetInserter, Signal
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from attn import protocol as P
 
 from .core import COUNTERS, AttentionCore
 from .core_io import lanes_layout, param_layout, run_args_layout
+from .fifo import BlockRAMFIFO
 from .hostlink import HostLink, connect_host, host_ports, region_signature
 
 __all__ = ["DeviceMap", "StreamRegion", "RegionReader", "RegionWriter", "AttentionDevice",
@@ -144,7 +145,7 @@ class RegionReader(wiring.Component):
     def __init__(self, spec: StreamRegion, *, queued: bool = True):
         self.spec, self.queued = spec, queued
         super().__init__({
-            "mem": Out(region_signature(spec.region)),
+            "mem": Out(region_signature(spec.region, "r")),
             "o_stream": Out(stream.Signature(spec.beat_bits)),
             "restart": In(1),
         })
@@ -169,7 +170,7 @@ class RegionReader(wiring.Component):
             # A beat every cycle or every other one: a queue of 4 beats, which the beat in
             # flight (read last cycle) and the one read now must fit in.
             m.submodules.queue = queue = ResetInserter(self.restart)(
-                fifo.SyncFIFOBuffered(width=spec.beat_bits, depth=4))
+                BlockRAMFIFO(width=spec.beat_bits, depth=4))
             m.d.comb += [issue.eq(more & (queue.level + pending < 4)),
                          self.o_stream.valid.eq(queue.r_rdy),
                          self.o_stream.payload.eq(queue.r_data),
@@ -225,7 +226,7 @@ class RegionWriter(wiring.Component):
     def __init__(self, spec: StreamRegion):
         self.spec = spec
         super().__init__({
-            "mem": Out(region_signature(spec.region)),
+            "mem": Out(region_signature(spec.region, "w")),
             "i_stream": In(stream.Signature(spec.beat_bits)),
             "restart": In(1),
             "overflow": Out(1),
@@ -286,7 +287,9 @@ class AttentionDevice(wiring.Component):
         self.core = AttentionCore(cfg)
         self.link = HostLink(config=cfg, regions=self.map.regions, run_layout=self.map.run_layout,
                              counters=len(COUNTERS), timeout_cycles=timeout_cycles,
-                             max_payload=max_payload)
+                             max_payload=max_payload,
+                             core_access={name: "w" if name == "y" else "r"
+                                          for name in DeviceMap.STREAMS})
         ports = host_ports(divisor)
         ports["running"] = Out(1)
         super().__init__(ports)

@@ -53,6 +53,8 @@ from attn.protocol import (
 )
 
 from .crc import crc16_next
+from .dsp import times_constant
+from .spram import SinglePortMemory, spram_blocks, spram_plan
 from .uart import rx_layout
 
 __all__ = ["HostLink", "region_signature", "connect_uart", "host_ports", "connect_host"]
@@ -62,18 +64,27 @@ def _addr_bits(depth: int) -> int:
     return max(1, (depth - 1).bit_length())
 
 
-def region_signature(region: Region) -> wiring.Signature:
-    """The core's view of a region: one synchronous read port, one write port.
+_ACCESS = ("r", "w", "rw")
+
+
+def region_signature(region: Region, access: str = "rw") -> wiring.Signature:
+    """The core's view of a region: a synchronous read port (``access`` ``"r"``), a write port
+    (``"w"``) or both (``"rw"``, the default).
 
     ``r_data`` holds the word at the ``r_addr`` presented in the previous cycle with ``r_en``
     high (one cycle of latency, not transparent to a write in the same cycle). A word is written
     at ``w_addr`` in a cycle with ``w_en`` high.
     """
+    if access not in _ACCESS:
+        raise ValueError(f"region {region.name!r} access must be one of {', '.join(_ACCESS)}, "
+                         f"not {access!r}")
     addr = unsigned(_addr_bits(region.depth))
-    return wiring.Signature({
-        "r_addr": Out(addr), "r_en": Out(1), "r_data": In(region.width),
-        "w_addr": Out(addr), "w_en": Out(1), "w_data": Out(region.width),
-    })
+    members = {}
+    if "r" in access:
+        members.update({"r_addr": Out(addr), "r_en": Out(1), "r_data": In(region.width)})
+    if "w" in access:
+        members.update({"w_addr": Out(addr), "w_en": Out(1), "w_data": Out(region.width)})
+    return wiring.Signature(members)
 
 
 def _field(head, fields, name):
@@ -127,6 +138,10 @@ class HostLink(wiring.Component):
     max_payload : int
         Size of the frame buffer: the largest request payload accepted (at least
         ``WRITE_HEADER`` plus one word of the widest writable region, at most 65535).
+    core_access : dict or None
+        For each region name, the ports the core has on it: ``"r"``, ``"w"`` or ``"rw"``
+        (the default for names not given). A port the core does not have costs no multiplexer
+        in front of the memory.
 
     Members
     -------
@@ -148,7 +163,7 @@ class HostLink(wiring.Component):
         Performance counters (only if ``counters > 0``); each is sampled as it is sent.
     core_reset : Out(1)
         One-cycle pulse: reset the core (RESET command).
-    mem_<name> : In(region_signature(region))
+    mem_<name> : In(region_signature(region, access))
         For each region, the core's ports (see :meth:`region_port`).
 
     Raises
@@ -158,7 +173,7 @@ class HostLink(wiring.Component):
     """
 
     def __init__(self, *, config, regions, run_layout, counters: int, timeout_cycles: int,
-                 max_payload: int = 256):
+                 max_payload: int = 256, core_access: dict | None = None):
         if not isinstance(config, AttnConfig):
             raise TypeError(f"config must be an AttnConfig, not {config!r}")
         regions = tuple(regions) if isinstance(regions, (list, tuple)) else regions
@@ -188,6 +203,13 @@ class HostLink(wiring.Component):
             raise ValueError(f"max_payload must be at least {need} for these regions and run "
                              f"arguments, not {max_payload!r}")
 
+        core_access = dict(core_access or {})
+        unknown = sorted(set(core_access) - set(names))
+        if unknown:
+            raise ValueError(f"core_access names unknown region(s): {', '.join(unknown)}")
+        self.access = {name: core_access.get(name, "rw") for name in names}
+        for region in regions:
+            region_signature(region, self.access[region.name])     # checks the access
         self.config = config
         self.regions = regions
         self.run_layout = run_layout
@@ -215,7 +237,8 @@ class HostLink(wiring.Component):
         if counters:
             ports["counters"] = In(data.ArrayLayout(32, counters))
         for region in regions:
-            ports[f"mem_{region.name}"] = In(region_signature(region))
+            ports[f"mem_{region.name}"] = In(region_signature(region,
+                                                              self.access[region.name]))
         super().__init__(ports)
 
     def region_port(self, name: str):
@@ -241,32 +264,62 @@ class HostLink(wiring.Component):
 
         # The link's side of every region: one address/data bus, enables per region.
         word_bits = 8 * max([COUNTER_BYTES, STATUS_PAYLOAD] + [r.word_bytes for r in regions])
-        word = Signal(word_bits)            # word being assembled (WRITE) or sent (replies)
-        ptr = Signal(17)                    # ROM / memory / counter / frame buffer index
+        # WRITE: the region word being assembled (bytes shift in at the top); replies: the
+        # status or the counter being sent (bytes shift out at the bottom)
+        word = Signal(word_bits)
+        # ROM / memory / counter index (an address from a request is only used once the range
+        # check has passed, so the largest index it needs is a region's depth)
+        ptr = Signal(range(max([r.depth for r in regions] + [len(self.ident),
+                                                              self.n_counters]) + 1))
         region_sel = Signal(8)
         link_w_en = Signal()
         link_r_data = Signal(word_bits)
         mem_r_data = []
-        self.memories = {r.name: Memory(shape=unsigned(r.width), depth=r.depth, init=[])
-                         for r in regions}
+        # A region the core only reads or only writes is never used by the link and the core
+        # in the same cycle: one address serves both, and on an iCE40 UltraPlus the largest
+        # such regions go to SPRAM (:mod:`hw.spram`).
+        single = {r.name: (r.width, r.depth) for r in regions if self.access[r.name] != "rw"}
+        #: Names of the regions in SPRAM in the latest elaboration.
+        self.spram_regions = spram_plan(single, spram_blocks(platform))
+        self.memories = {}
         for index, region in enumerate(regions):
-            mem = self.memories[region.name]
-            m.submodules[f"region_{region.name}"] = mem
-            wp = mem.write_port()
-            rp = mem.read_port()
             core = self.region_port(region.name)
-            abits = len(wp.addr)
+            access = self.access[region.name]
+            abits = _addr_bits(region.depth)
             mine = Signal(name=f"link_writes_{region.name}")
             m.d.comb += mine.eq(link_w_en & (region_sel == index))
-            m.d.comb += [
-                wp.addr.eq(Mux(core_owns, core.w_addr, ptr[:abits])),
-                wp.data.eq(Mux(core_owns, core.w_data, word[:region.width])),
-                wp.en.eq(Mux(core_owns, core.w_en, mine)),
-                rp.addr.eq(Mux(core_owns, core.r_addr, ptr[:abits])),
-                rp.en.eq(Mux(core_owns, core.r_en, 1)),
-                core.r_data.eq(rp.data),
-            ]
-            mem_r_data.append(rp.data)
+            # A WRITE shifts its bytes in from the top of ``word``: the region's word is the
+            # top ``word_bytes`` bytes.
+            link_data = word[word_bits - 8 * region.word_bytes:][:region.width]
+            if access == "rw":
+                mem = Memory(shape=unsigned(region.width), depth=region.depth, init=[])
+                m.submodules[f"region_{region.name}"] = self.memories[region.name] = mem
+                wp, rp = mem.write_port(), mem.read_port()
+                m.d.comb += [wp.addr.eq(Mux(core_owns, core.w_addr, ptr[:abits])),
+                             wp.data.eq(Mux(core_owns, core.w_data, link_data)),
+                             wp.en.eq(Mux(core_owns, core.w_en, mine)),
+                             rp.addr.eq(Mux(core_owns, core.r_addr, ptr[:abits])),
+                             rp.en.eq(Mux(core_owns, core.r_en, 1)),
+                             core.r_data.eq(rp.data)]
+                mem_r_data.append(rp.data)
+                continue
+            spm = SinglePortMemory(width=region.width, depth=region.depth,
+                                   spram=region.name in self.spram_regions,
+                                   name=f"region_{region.name}")
+            m.submodules[f"region_{region.name}"] = spm
+            if spm.memory is not None:
+                self.memories[region.name] = spm.memory
+            if access == "r":
+                m.d.comb += [spm.addr.eq(Mux(core_owns, core.r_addr, ptr[:abits])),
+                             spm.r_en.eq(Mux(core_owns, core.r_en, 1)),
+                             spm.w_data.eq(link_data), spm.w_en.eq(mine & ~core_owns),
+                             core.r_data.eq(spm.r_data)]
+            else:
+                m.d.comb += [spm.addr.eq(Mux(core_owns, core.w_addr, ptr[:abits])),
+                             spm.r_en.eq(~core_owns),
+                             spm.w_data.eq(Mux(core_owns, core.w_data, link_data)),
+                             spm.w_en.eq(Mux(core_owns, core.w_en, mine))]
+            mem_r_data.append(spm.r_data)
         with m.Switch(region_sel):
             for index, rdata in enumerate(mem_r_data):
                 with m.Case(index):
@@ -292,7 +345,7 @@ class HostLink(wiring.Component):
         # -- reply state -------------------------------------------------------------------
         r_status = Signal(8)
         r_len = Signal(16)
-        words_left = Signal(17)
+        words_left = Signal(16)
         wb = Signal(4)                      # bytes per word of the payload source
         byte_no = Signal(4)
         src = Signal(3)
@@ -373,9 +426,13 @@ class HostLink(wiring.Component):
                 with m.Case(index):
                     m.d.comb += [ok_w.eq(region.writable), ok_r.eq(region.readable),
                                  depth.eq(region.depth), nb.eq(region.word_bytes)]
-        # count * nb as shifted copies selected by the bits of nb (a `*` would take a DSP)
+        # count * nb: one sum of shifted copies per word size the regions have (a `*` would
+        # take a DSP; a general shift-and-add over the bits of nb takes three adders)
         nbytes = Signal(len(count) + len(nb))
-        m.d.comb += nbytes.eq(sum(Mux(nb[i], count << i, 0) for i in range(len(nb))))
+        with m.Switch(nb):
+            for size in sorted({r.word_bytes for r in regions}):
+                with m.Case(size):
+                    m.d.comb += nbytes.eq(times_constant(count, size))
         # The checks, registered in state DECODE so that EXEC only combines flags.
         run_length = RUN_ARGS_OFFSET + run_arg_bytes(self.run_bits)
         checks = {
@@ -394,7 +451,6 @@ class HostLink(wiring.Component):
         }
         bad = {name: Signal(name=f"check_{name}") for name in checks}
         nb_q = Signal.like(nb)
-        r_bytes_q = Signal(16)
         ident_len = len(self.ident)
 
         with m.FSM():
@@ -465,7 +521,9 @@ class HostLink(wiring.Component):
             # -- check and execute ----------------------------------------------------------
             with m.State("DECODE"):
                 m.d.sync += [bad[name].eq(cond) for name, cond in checks.items()]
-                m.d.sync += [nb_q.eq(nb), r_bytes_q.eq(nbytes)]
+                # a READ that passes its checks replies with this length (any other reply
+                # sets its own in EXEC)
+                m.d.sync += [nb_q.eq(nb), r_len.eq(nbytes)]
                 m.next = "EXEC"
             with m.State("EXEC"):
                 m.d.sync += ptr.eq(0)
@@ -509,7 +567,7 @@ class HostLink(wiring.Component):
                     with m.Case(Command.WRITE):
                         m.d.sync += [region_sel.eq(w_region), ptr.eq(w_addr),
                                      idx.eq(WRITE_HEADER), words_left.eq(w_count),
-                                     wb.eq(nb_q), byte_no.eq(0), word.eq(0)]
+                                     wb.eq(nb_q), byte_no.eq(0)]
                         with m.If(bad["w_short"]):
                             error(m, Status.BAD_LENGTH)
                         with m.Elif(bad["w_tag"]):
@@ -539,8 +597,8 @@ class HostLink(wiring.Component):
                         with m.Elif(core_owns):
                             error(m, Status.BUSY)
                         with m.Else():
-                            m.d.sync += [r_status.eq(Status.OK), r_len.eq(r_bytes_q),
-                                         words_left.eq(r_count), wb.eq(nb_q), src.eq(SRC_MEM)]
+                            m.d.sync += [r_status.eq(Status.OK), words_left.eq(r_count),
+                                         wb.eq(nb_q), src.eq(SRC_MEM)]
                             m.next = "R_SYNC"
                     with m.Default():
                         error(m, Status.BAD_COMMAND)
@@ -550,15 +608,14 @@ class HostLink(wiring.Component):
             with m.State("W_ISSUE"):            # the frame buffer sees ``idx`` in this cycle
                 m.next = "W_TAKE"
             with m.State("W_TAKE"):
-                m.d.sync += [word.word_select(byte_no, 8).eq(fbuf_r.data),
+                m.d.sync += [word.eq(Cat(word[8:], fbuf_r.data)),
                              byte_no.eq(byte_no + 1), idx.eq(idx + 1)]
                 m.next = "W_ISSUE"
                 with m.If(byte_no + 1 == wb):
                     m.next = "W_STORE"
             with m.State("W_STORE"):
                 m.d.comb += link_w_en.eq(1)
-                m.d.sync += [ptr.eq(ptr + 1), words_left.eq(words_left - 1), byte_no.eq(0),
-                             word.eq(0)]
+                m.d.sync += [ptr.eq(ptr + 1), words_left.eq(words_left - 1), byte_no.eq(0)]
                 m.next = "W_ISSUE"
                 with m.If(words_left == 1):
                     m.d.sync += [r_status.eq(Status.OK), r_len.eq(0), words_left.eq(0)]
@@ -587,12 +644,11 @@ class HostLink(wiring.Component):
                 m.next = "P_LOAD"
                 with m.If(words_left == 0):
                     m.next = "R_CRC0"
+            # The ROM and the regions are sent straight from their read ports (``ptr`` holds
+            # still while a word is sent); the status and a counter are sampled into ``word``
+            # so that a value changing meanwhile is never sent half old, half new.
             with m.State("P_LOAD"):
                 with m.Switch(src):
-                    with m.Case(SRC_ROM):
-                        m.d.sync += word.eq(rom_r.data)
-                    with m.Case(SRC_MEM):
-                        m.d.sync += word.eq(link_r_data)
                     with m.Case(SRC_STATUS):
                         m.d.sync += word.eq(status_word)
                     if self.n_counters:
@@ -600,7 +656,15 @@ class HostLink(wiring.Component):
                             m.d.sync += word.eq(self.counters[ptr[:8]])
                 m.next = "P_BYTES"
             with m.State("P_BYTES"):
-                send(word[:8], "P_BYTES")
+                out_byte = Signal(8)
+                with m.Switch(src):
+                    with m.Case(SRC_ROM):
+                        m.d.comb += out_byte.eq(rom_r.data)
+                    with m.Case(SRC_MEM):
+                        m.d.comb += out_byte.eq(link_r_data.word_select(byte_no, 8))
+                    with m.Default():
+                        m.d.comb += out_byte.eq(word[:8])
+                send(out_byte, "P_BYTES")
                 with m.If(o_stream.ready):
                     m.d.sync += [word.eq(word >> 8), byte_no.eq(byte_no + 1)]
                     with m.If(byte_no + 1 == wb):

