@@ -49,6 +49,7 @@ _INT_RANGES = {
     "exp_bits": (2, 24),
     "prob_bits": (2, 17),
     "mult_bits": (2, 31),
+    "div_bits_per_stage": (1, 4),
 }
 
 
@@ -101,6 +102,10 @@ class AttnConfig:
     dsp : str
         How the array's multipliers are built: ``"infer"`` (``*`` in the netlist) or
         ``"ecp5_registered"`` (MULT18X18D instantiated with its registers).
+    div_bits_per_stage : int
+        Quotient bits per pipeline stage of the softmax's divider (1 to 4): fewer flip-flops,
+        a longer path, ``ceil(prob_bits / div_bits_per_stage)`` cycles of latency. Results do
+        not depend on it.
 
     Raises
     ------
@@ -132,6 +137,7 @@ class AttnConfig:
     rounding: str = "half_up"
     masks: bool = True
     dsp: str = "infer"
+    div_bits_per_stage: int = 1
 
     def __post_init__(self):
         if not isinstance(self.name, str):

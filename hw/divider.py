@@ -1,8 +1,8 @@
 """Pipelined unsigned integer divider: one quotient per cycle, saturating on overflow.
 
-The divider is a chain of ``quotient_bits`` restoring-division stages, one quotient bit per stage
-and one register per stage, followed by a one-entry skid buffer. Every stage holds its own copy of
-the divisor, so consecutive beats may use different divisors.
+The divider is a chain of ``quotient_bits`` restoring-division steps, one quotient bit per step,
+with a register after every ``bits_per_stage`` steps, followed by a one-entry skid buffer. Every
+stage holds its own copy of the divisor, so consecutive beats may use different divisors.
 """
 
 from __future__ import annotations
@@ -50,9 +50,13 @@ class Divider(wiring.Component):
     divisor_bits : int
         Unsigned width of the divisor, 1..64.
     quotient_bits : int
-        Unsigned width of the quotient, 1..64; also the number of pipeline stages.
+        Unsigned width of the quotient, 1..64.
     tag_bits : int
         Width of the pass-through tag, 0..64 (default 0).
+    bits_per_stage : int
+        Quotient bits (restoring steps) per pipeline stage, 1..4 (default 1): the pipeline has
+        ``ceil(quotient_bits / bits_per_stage)`` stages. More bits per stage take fewer
+        flip-flops (an iCE40 spends a logic cell on each) and a longer combinational path.
 
     Members
     -------
@@ -65,7 +69,8 @@ class Divider(wiring.Component):
     ----------
     latency : int
         Cycles from the cycle an operand beat is accepted to the cycle its result is first
-        valid, when the consumer does not stall: ``quotient_bits``.
+        valid, when the consumer does not stall: the number of stages,
+        ``ceil(quotient_bits / bits_per_stage)``.
 
     Notes
     -----
@@ -81,11 +86,16 @@ class Divider(wiring.Component):
     """
 
     def __init__(self, *, dividend_bits: int, divisor_bits: int, quotient_bits: int,
-                 tag_bits: int = 0):
+                 tag_bits: int = 0, bits_per_stage: int = 1):
         self.dividend_bits = _check_bits("dividend_bits", dividend_bits, 1)
         self.divisor_bits = _check_bits("divisor_bits", divisor_bits, 1)
         self.quotient_bits = _check_bits("quotient_bits", quotient_bits, 1)
         self.tag_bits = _check_bits("tag_bits", tag_bits, 0)
+        if not isinstance(bits_per_stage, int) or isinstance(bits_per_stage, bool):
+            raise TypeError(f"bits_per_stage must be an int, not {bits_per_stage!r}")
+        if not 1 <= bits_per_stage <= 4:
+            raise ValueError(f"bits_per_stage must be between 1 and 4, not {bits_per_stage!r}")
+        self.bits_per_stage = bits_per_stage
         super().__init__({
             "i_stream": In(stream.Signature(
                 divider_input_layout(dividend_bits, divisor_bits, tag_bits))),
@@ -94,7 +104,7 @@ class Divider(wiring.Component):
 
     @property
     def latency(self) -> int:
-        return self.quotient_bits
+        return -(-self.quotient_bits // self.bits_per_stage)
 
     def elaborate(self, platform):
         m = Module()
@@ -122,6 +132,7 @@ class Divider(wiring.Component):
         valid = self.i_stream.valid
         ovf = overflow
         tag = self.i_stream.payload.tag
+        step = self.bits_per_stage
         for i in reversed(range(qb)):
             # Quotient bit i: compare rem >> i with the divisor (rem >> i < 2 * divisor).
             high = Signal(db + 1, name=f"high{i}")
@@ -133,6 +144,10 @@ class Divider(wiring.Component):
             kept = Signal(db + 1, name=f"kept{i}")
             m.d.comb += kept.eq(Mux(bit, diff[:db + 1], high))
 
+            if i % step:
+                # no register after this step: the next step works on its results directly
+                rem, quo = Cat(rem[:i], kept), Cat(bit, quo)
+                continue
             # Stage registers (datapath without reset; only the valid bit is reset).
             s_rem = Signal(min(nb, db + i), name=f"s{i}_rem", reset_less=True)
             s_div = Signal(db, name=f"s{i}_div", reset_less=True)

@@ -64,9 +64,9 @@ class Softmax(wiring.Component):
     Throughput is one element per cycle, sustained across rows of 3 or more elements, as long
     as the producer and the consumer keep up (rows of 1 and 2 elements run at about 0.4 and
     0.8 per cycle with the default ``queue_depth``). Without stalls, a row's first probability
-    leaves ``2 * n + prob_bits + 15`` cycles after its first score was taken (``n`` the row
-    length): ``n`` to find the maximum, ``n`` to sum, 15 of pipeline and ``prob_bits`` of
-    division. ``bench/softmax.py`` measures both.
+    leaves ``2 * n + ceil(prob_bits / div_bits_per_stage) + 15`` cycles after its first score
+    was taken (``n`` the row length): ``n`` to find the maximum, ``n`` to sum, 15 of pipeline
+    and the divider's latency. ``bench/softmax.py`` measures both.
 
     Parameters
     ----------
@@ -154,7 +154,8 @@ class Softmax(wiring.Component):
         m.submodules.maxima = maxima = fifo.SyncFIFO(width=lb + sb, depth=qd)
         m.submodules.sums = sums = fifo.SyncFIFO(width=lb + sumb, depth=qd)
         m.submodules.divider = divider = Divider(
-            dividend_bits=sumb + pb, divisor_bits=sumb, quotient_bits=pb, tag_bits=1)
+            dividend_bits=sumb + pb, divisor_bits=sumb, quotient_bits=pb, tag_bits=1,
+            bits_per_stage=cfg.div_bits_per_stage)
 
         # Occupancy: score entries written and not yet read by stage 2; exponent entries
         # reserved by stage 2 (at issue) and not yet read by stage 3; queue entries reserved

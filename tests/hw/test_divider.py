@@ -81,6 +81,56 @@ def test_random_widths(widths):
 
 def test_latency_attribute():
     assert Divider(dividend_bits=34, divisor_bits=22, quotient_bits=12).latency == 12
+    assert Divider(dividend_bits=34, divisor_bits=22, quotient_bits=12,
+                   bits_per_stage=2).latency == 6
+    assert Divider(dividend_bits=20, divisor_bits=12, quotient_bits=7,
+                   bits_per_stage=3).latency == 3
+
+
+@pytest.mark.parametrize("step,widths", [(2, (12, 6, 4)), (2, (20, 12, 7)), (3, (20, 12, 7)),
+                                         (4, (34, 22, 12)), (4, (5, 3, 2))])
+def test_bits_per_stage_exact(step, widths):
+    """Several restoring steps per stage give the same quotients, with stalls (partial first
+    stages when the quotient width is not a multiple of the step)."""
+    nb, db, qb = widths
+    dut = Divider(dividend_bits=nb, divisor_bits=db, quotient_bits=qb, tag_bits=2,
+                  bits_per_stage=step)
+    rng = np.random.default_rng(step * 1000 + qb)
+    ops = []
+    for _ in range(200):
+        d = int(rng.integers(0, 1 << db))
+        limit = min(d << qb, 1 << nb) if d else 1 << nb
+        ops.append((int(rng.integers(0, limit)), d, int(rng.integers(0, 4))))
+    ops += [((1 << nb) - 1, 1, 0), (0, 0, 1), ((1 << nb) - 1, (1 << db) - 1, 2), (0, 1, 3)]
+    check(dut, ops, stall_in=0.3, stall_out=0.3, name=f"divider_step{step}_{nb}_{db}_{qb}")
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_measured_latency(step):
+    """The first quotient is valid ``latency`` cycles after the operands were taken."""
+    from amaranth.sim import Simulator
+
+    dut = Divider(dividend_bits=20, divisor_bits=12, quotient_bits=8, bits_per_stage=step)
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(dut.o_stream.ready, 1)
+        ctx.set(dut.i_stream.payload.dividend, 1000)
+        ctx.set(dut.i_stream.payload.divisor, 7)
+        ctx.set(dut.i_stream.valid, 1)
+        await ctx.tick()                     # operands taken at this edge
+        ctx.set(dut.i_stream.valid, 0)
+        for cycle in range(1, 20):
+            if ctx.get(dut.o_stream.valid):
+                seen.append((cycle, ctx.get(dut.o_stream.payload.quotient)))
+                break
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [(dut.latency, 1000 // 7)], seen
 
 
 _BAD_VALUES = [(0, ValueError), (65, ValueError), (-1, ValueError), (2.0, TypeError),
@@ -89,6 +139,12 @@ _BAD = [(param, value, error)
         for param in ("dividend_bits", "divisor_bits", "quotient_bits", "tag_bits")
         for value, error in _BAD_VALUES
         if not (param == "tag_bits" and value == 0)]  # a zero-width tag is valid
+
+
+@pytest.mark.parametrize("value,error", [(0, ValueError), (5, ValueError), (1.0, TypeError)])
+def test_invalid_bits_per_stage(value, error):
+    with pytest.raises(error, match=rf"^bits_per_stage must be .*not {value!r}$"):
+        Divider(dividend_bits=8, divisor_bits=4, quotient_bits=4, bits_per_stage=value)
 
 
 @pytest.mark.parametrize("param,value,error", _BAD)
