@@ -39,9 +39,11 @@ from amaranth.lib.wiring import In, Out
 
 from .core_io import lanes_layout, param_layout, run_args_layout
 from .dsp import ice40_mac16, mac16_blocks, times_constant
+from .fifo import BlockRAMFIFO
 from .requant import Requantizer, sum_width
 from .softmax import Softmax
 from .systolic import SystolicArray
+from .target import is_ice40
 
 __all__ = ["AttentionCore", "COUNTERS"]
 
@@ -148,7 +150,7 @@ class AttentionCore(wiring.Component):
         (:func:`hw.dsp.mac16_blocks` each): ``"shift_add"`` (fabric adders) there. On the
         iCE40UP5K with 16-bit operands a 2x2 array leaves room (4 + 3 blocks), a 2x4 does
         not."""
-        if not str(getattr(platform, "device", "")).lower().startswith("ice40"):
+        if not is_ice40(platform):
             return "infer"
         cfg = self.cfg
         need = (cfg.pes * mac16_blocks(cfg.a_bits, cfg.b_bits)
@@ -198,7 +200,11 @@ class AttentionCore(wiring.Component):
         lru = _log2(RU)
         softmaxes = []
         for u in range(U):
-            softmaxes.append(Softmax(cfg=cfg))
+            # Row queues of 2: a score row is a whole sequence, and rows of 8 keys or more
+            # run at full speed with 2 (shorter ones at 0.2-0.8 of it, where a run is short
+            # anyway); each entry of the 4 a lone softmax needs for rows of 3 costs about
+            # 30 flip-flops.
+            softmaxes.append(Softmax(cfg=cfg, queue_depth=2))
             m.submodules[f"softmax_{u}"] = softmaxes[u]
         #: The softmax units of the latest elaboration (simulation probes read their outputs).
         self.softmax_modules = softmaxes
@@ -219,13 +225,18 @@ class AttentionCore(wiring.Component):
         rq = rqs[0]
 
         on_ecp5 = getattr(platform, "family", None) == "ecp5"
+        on_ice40 = is_ice40(platform)
 
-        def mem(name, shape, depth, lutram=False):
+        def mem(name, shape, depth, lutram=False, block=False):
             # On ECP5 the shallow memories read by many lanes go to LUT RAM, keeping block RAM
             # for the big buffers, unless they hold more than one block RAM's worth (16 Kbit):
-            # the ulx3s constants (432 bits x 213 words) took 1,512 DPR16X4 slices there
+            # the ulx3s constants (432 bits x 213 words) took 1,512 DPR16X4 slices there.
+            # On iCE40 (no LUT RAM) a few words Yosys would build from flip-flops and
+            # multiplexers go to a block RAM with `block` (a logic cell per bit saved).
             small = lutram and Shape.cast(shape).width * depth <= 16384
             attrs = {"ram_style": "distributed"} if small and on_ecp5 else None
+            if block and on_ice40:
+                attrs = {"ram_style": "block"}
             memory = Memory(shape=shape, depth=max(depth, 2), init=[], attrs=attrs)
             m.submodules[name] = memory
             return memory
@@ -253,7 +264,7 @@ class AttentionCore(wiring.Component):
         c_mem = mem("params", param_layout(cfg), self.max_tiles, lutram=True)
         head_layout = data.StructLayout({"mult": unsigned(cfg.mult_bits),
                                          "shift": unsigned(cfg.shift_bits)})
-        h_mem = mem("head_params", head_layout, 2 * _pow2(hmax))
+        h_mem = mem("head_params", head_layout, 2 * _pow2(hmax), block=True)
 
         # ---- run arguments and derived counts ------------------------------------------
         args = Signal(run_args_layout(cfg))
@@ -704,7 +715,7 @@ class AttentionCore(wiring.Component):
             "hword": unsigned(wpt_bits), "slot": unsigned(1), "cols": unsigned(C),
             "run_last": unsigned(1), "op_end": unsigned(1),
         })
-        m.submodules.rows = rows_q = fifo.SyncFIFOBuffered(width=ctrl_layout.size, depth=4)
+        m.submodules.rows = rows_q = BlockRAMFIFO(width=ctrl_layout.size, depth=4)
         row = Signal(range(R))
         into_rq = Signal()
         for g, unit in enumerate(rqs):
