@@ -291,6 +291,15 @@ def _make_presets() -> dict:
         # iCEBreaker (iCE40UP5K): 8 multipliers, the number of SB_MAC16 blocks.
         "icebreaker": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=2,
                                    cols=4),
+        # What fits the iCEBreaker (iCE40UP5K, 5,280 logic cells): a 2x1 array, tiny's shape,
+        # 8-bit activations and narrower softmax and constants (12-bit scores keep 4 fraction
+        # bits: with 8, peaked heads saturate at 2^-8 and lose 30 points of accuracy); the
+        # divider resolves two quotient bits per stage (half its flip-flops).
+        "icebreaker_mini": base.replace(max_seq_len=8, max_d_model=16, max_heads=2, rows=2,
+                                        cols=1, x_bits=8, qkv_bits=8, head_bits=8, y_bits=8,
+                                        bias_bits=20, score_bits=12, score_frac_bits=4,
+                                        lut_addr_bits=4, exp_bits=12, prob_bits=8,
+                                        mult_bits=12, div_bits_per_stage=2),
         # ULX3S (ECP5-85F): MiniLM-sized layers on a 16x8 array of registered MULT18X18D
         # (128 of the 156 DSPs; the attention core needs power-of-two array sides).
         "ulx3s": base.replace(max_seq_len=64, max_d_model=384, max_heads=12, rows=16,

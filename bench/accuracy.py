@@ -35,6 +35,12 @@ CONFIGS = {
                                  prob_bits=8),
     "default (x16 w8 qkv16 p12)": {},
     "16-bit (x16 w16 qkv16 p15)": dict(w_bits=16, prob_bits=15),
+    # the widths of the preset that fits the iCEBreaker
+    "icebreaker_mini (x8 w8 qkv8 s12.4 e12 p8)": {
+        name: getattr(preset("icebreaker_mini"), name)
+        for name in ("x_bits", "w_bits", "bias_bits", "qkv_bits", "head_bits", "y_bits",
+                     "score_bits", "score_frac_bits", "lut_addr_bits", "exp_bits",
+                     "prob_bits", "mult_bits")},
 }
 
 

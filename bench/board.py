@@ -1,5 +1,6 @@
 """Boards: resources, fmax and build time of each board's bitstream, and the end-to-end time
-of the reference layer (L = 64, D = 64, H = 4) split into transfer and compute.
+of the reference layer (L = 64, D = 64, H = 4; on a preset too small for it, the preset's
+largest layer) split into transfer and compute.
 
     python -m bench.board [--build] [--sim verilator|amaranth]
 
@@ -27,11 +28,21 @@ from .core import LAYERS, make_layer
 USB_ROUND_TRIP_S = 1e-3
 
 
+def board_layer(cfg) -> tuple:
+    """(L, D, H) measured on ``cfg``: the reference layer, or ``cfg``'s largest if it cannot
+    hold that."""
+    try:
+        cfg.check_shape(*LAYERS["reference"])
+        return LAYERS["reference"]
+    except ValueError:
+        return cfg.max_seq_len, cfg.max_d_model, cfg.max_heads
+
+
 def reference_cycles(cfg, sim: str) -> int:
-    """Cycles of the reference layer on ``cfg``'s core (checked exact against golden)."""
+    """Cycles of :func:`board_layer` on ``cfg``'s core (checked exact against golden)."""
     import numpy as np
 
-    shape = LAYERS["reference"]
+    shape = board_layer(cfg)
     qm, xi, expected = make_layer(cfg, *shape)
     if sim == "amaranth":
         from sim.core_sim import simulate_core
@@ -66,7 +77,7 @@ def main(argv=None) -> int:
         if report is not None and report["config"] != cfg.to_dict():
             print(f"{name}: {path} is a build of another configuration; ignored")
             report = None
-        seq_len, d_model, heads = LAYERS["reference"]
+        seq_len, d_model, heads = board_layer(cfg)
         traffic = link_traffic(cfg, seq_len, d_model, heads)
         cycles = reference_cycles(cfg, args.sim)
         clock = report["clock_mhz"] if report else spec.clock_mhz
@@ -75,6 +86,7 @@ def main(argv=None) -> int:
         bytes_total = traffic["to_device"] + traffic["from_device"]
         row = dict(
             board=name, preset=cfg.name, array=f"{cfg.rows}x{cfg.cols}",
+            layer=f"{seq_len}x{d_model}x{heads}",
             built="yes" if routed else ("does not fit/route" if report else "not built"),
             logic=f"{report['resources']['logic'][0]:,}/{report['resources']['logic'][1]:,}"
             if report else "", dsp=f"{report['resources']['dsp'][0]}" if report else "",
@@ -90,10 +102,10 @@ def main(argv=None) -> int:
         row["_data"] = dict(report=report, traffic=traffic, cycles=cycles, clock_mhz=clock,
                             baud=baud)
         rows.append(row)
-    columns = ["board", "preset", "array", "built", "logic", "dsp", "bram", "fmax", "clock",
+    columns = ["board", "preset", "array", "layer", "built", "logic", "dsp", "bram", "fmax", "clock",
                "build_s", "cycles", "compute_ms", "transfer_kb", "transfer_ms", "usb_ms",
                "total_ms"]
-    print_table(rows, columns, "Boards: reference layer 64x64x4 end to end")
+    print_table(rows, columns, "Boards: a layer end to end (L x D x H)")
     write_json("board", {"rows": [{k: v for k, v in r.items() if k != "_data"} | r["_data"]
                                   for r in rows]})
     return 0

@@ -1,5 +1,10 @@
 """iCEBreaker (iCE40UP5K-SG48): 12 MHz oscillator, FTDI UART on pins 6/9, flashed by
-``iceprog``."""
+``iceprog``.
+
+The preset that fits is ``icebreaker_mini``: it fills about 97 % of the UP5K's logic cells,
+where nextpnr's routes are long; 20 MHz (20.25 from the PLL) leaves a margin under the
+24-25 MHz it reaches there.
+"""
 
 from amaranth_boards.icebreaker import ICEBreakerPlatform
 
@@ -7,5 +12,5 @@ from .top import BoardSpec
 
 SPEC = BoardSpec(
     name="icebreaker", family="ice40", platform=ICEBreakerPlatform, clock="clk12",
-    preset="icebreaker", clock_mhz=30.0, baud=1_000_000, programmer="iceprog", leds=2,
+    preset="icebreaker_mini", clock_mhz=20.0, baud=1_000_000, programmer="iceprog", leds=2,
     description="iCEBreaker, Lattice iCE40UP5K (5,280 LC, 8 DSP, 30 EBR, 4 SPRAM)")

@@ -13,6 +13,7 @@ until the PLL has locked.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from amaranth import ClockDomain, ClockSignal, Elaboratable, Instance, Module, Signal
@@ -132,12 +133,11 @@ class BoardTop(Elaboratable):
         uart = platform.request("uart", 0)
         m.d.comb += [device.rx.eq(uart.rx.i), uart.tx.o.eq(device.tx)]
 
-        blink = Signal(range(max(2, int(self.clock_hz // 2))))
-        heartbeat = Signal()
-        with m.If(blink == 0):
-            m.d.sync += [blink.eq(int(self.clock_hz // 2) - 1), heartbeat.eq(~heartbeat)]
-        with m.Else():
-            m.d.sync += blink.eq(blink - 1)
+        # A free-running counter whose top bit toggles every 2**n cycles, the power of two
+        # nearest half a second (a plain carry chain: no reload, no comparison).
+        blink = Signal(max(1, round(math.log2(self.clock_hz / 2))) + 1)
+        m.d.sync += blink.eq(blink + 1)
+        heartbeat = blink[-1]
         for index, value in enumerate((device.running, heartbeat, locked)[:spec.leds]):
             m.d.comb += platform.request("led", index).o.eq(value)
         return m

@@ -1,5 +1,6 @@
 """Board tops, `attn build` reports and `attn program`: the top elaborates for every board, a
-real ULX3S bitstream is built and its report checked, and programming fails clearly."""
+real iCEBreaker bitstream is built and its report checked (the ULX3S one with --runslow), and
+programming fails clearly."""
 import json
 import stat
 
@@ -40,8 +41,30 @@ def _tools_missing(family):
     return None
 
 
+def test_build_icebreaker_bitstream(tmp_path):
+    """CI's real bitstream: the iCEBreaker with the preset that fits it (about 2 minutes). The
+    link's largest regions go to SPRAM, the design meets the board's clock."""
+    reason = _tools_missing("ice40")
+    if reason:
+        pytest.skip(reason)
+    spec = board_spec("icebreaker")
+    cfg = preset(spec.preset)
+    report = build_board(spec, cfg, out_dir=tmp_path, log=None)
+    assert report["routed"] and report["timing_met"], report["error"]
+    assert report["fmax_mhz"] >= report["clock_mhz"] > 19
+    for name in ("logic", "bram", "dsp", "spram"):
+        used, total = report["resources"][name]
+        assert 0 < used <= total, (name, used, total)
+    bitstream = tmp_path / "attn.bin"
+    assert bitstream.stat().st_size == report["bitstream_bytes"] > 100_000
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["config"] == cfg.to_dict()
+    assert "timing met" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.slow
 def test_build_ulx3s_bitstream(tmp_path):
-    """CI's real bitstream: the device with the tiny preset on the ULX3S (about a minute)."""
+    """The tiny preset on the ULX3S (about a minute; --runslow)."""
     reason = _tools_missing("ecp5")
     if reason:
         pytest.skip(reason)

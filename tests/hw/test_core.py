@@ -38,6 +38,8 @@ CASES = [
     ("tiny", 1, 16, 1, False, None, 0.0),
     ("tiny", 3, 10, 2, True, 2, 0.3),
     ("tiny", 7, 6, 1, False, 0, 0.0),
+    ("icebreaker_mini", 8, 16, 2, True, None, 0.3),
+    ("icebreaker_mini", 5, 12, 2, False, 4, 0.0),
 ]
 
 

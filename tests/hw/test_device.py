@@ -28,7 +28,7 @@ from tests.hw.test_core import layer
 # -- the region map --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["tiny", "default", "icebreaker"])
+@pytest.mark.parametrize("name", ["tiny", "default", "icebreaker", "icebreaker_mini"])
 def test_map_round_trip(name):
     dmap = DeviceMap(preset(name))
     rng = random.Random(1)
@@ -176,6 +176,16 @@ def test_device_run_cosim():
             with pytest.raises(RunFailed, match=f"status {STATUS_BAD_ARGS}"):
                 device.run(pack_args(cfg, seq_len=3, d_model=8, heads=2, head_dim=20, causal=0,
                                      valid_len=3))
+
+
+def test_device_run_cosim_icebreaker_mini():
+    """The iCEBreaker's preset (2x1 array, 8-bit activations, two quotient bits per divider
+    stage) through the UART: its largest shape with masks equals golden."""
+    cfg = preset("icebreaker_mini")
+    with open_cosim(cfg) as device:
+        qm, xi, expected = layer(cfg, 8, 16, 2, seed=3, causal=True, valid_len=6)
+        run = run_on_device(device, cfg, qm, xi, causal=True, valid_len=6)
+        assert_equal("device output y (icebreaker_mini)", expected.y, run.y)
 
 
 def pack_args(cfg, **args):
