@@ -350,10 +350,17 @@ class HostLink(wiring.Component):
         byte_no = Signal(4)
         src = Signal(3)
         SRC_ROM, SRC_MEM, SRC_CNT, SRC_STATUS = range(4)
+        # The reply CRC takes each byte a cycle after it was sent (the CRC's XOR network stays
+        # off the paths into the byte sent). Every reply has a cycle (P_NEXT) between its last
+        # payload byte and its CRC.
         crc_tx = Signal(16, init=CRC_INIT)
         crc_tx_en = Signal()
-        with m.If(o_stream.valid & o_stream.ready & crc_tx_en):
-            m.d.sync += crc_tx.eq(crc16_next(crc_tx, o_stream.payload))
+        sent = Signal(8)
+        sent_crc = Signal()
+        m.d.sync += [sent.eq(o_stream.payload),
+                     sent_crc.eq(o_stream.valid & o_stream.ready & crc_tx_en)]
+        with m.If(sent_crc):
+            m.d.sync += crc_tx.eq(crc16_next(crc_tx, sent))
 
         last_status = Signal(8)
         runs = Signal(16)
@@ -644,29 +651,31 @@ class HostLink(wiring.Component):
                 m.next = "P_LOAD"
                 with m.If(words_left == 0):
                     m.next = "R_CRC0"
-            # The ROM and the regions are sent straight from their read ports (``ptr`` holds
-            # still while a word is sent); the status and a counter are sampled into ``word``
-            # so that a value changing meanwhile is never sent half old, half new.
+            # The ROM and the regions are sent from their read ports (``ptr`` holds still while
+            # a word is sent); the status and a counter are sampled into ``word`` so that a
+            # value changing meanwhile is never sent half old, half new. The byte on the line
+            # comes from a register (``out_q``), loaded with the next one as each is taken.
+            out_q = Signal(8)
             with m.State("P_LOAD"):
                 with m.Switch(src):
+                    with m.Case(SRC_ROM):
+                        m.d.sync += out_q.eq(rom_r.data)
+                    with m.Case(SRC_MEM):
+                        m.d.sync += out_q.eq(link_r_data[:8])
                     with m.Case(SRC_STATUS):
-                        m.d.sync += word.eq(status_word)
+                        m.d.sync += [word.eq(status_word), out_q.eq(status_word[:8])]
                     if self.n_counters:
                         with m.Case(SRC_CNT):
-                            m.d.sync += word.eq(self.counters[ptr[:8]])
+                            counter = self.counters[ptr[:8]]
+                            m.d.sync += [word.eq(counter), out_q.eq(counter[:8])]
                 m.next = "P_BYTES"
             with m.State("P_BYTES"):
-                out_byte = Signal(8)
-                with m.Switch(src):
-                    with m.Case(SRC_ROM):
-                        m.d.comb += out_byte.eq(rom_r.data)
-                    with m.Case(SRC_MEM):
-                        m.d.comb += out_byte.eq(link_r_data.word_select(byte_no, 8))
-                    with m.Default():
-                        m.d.comb += out_byte.eq(word[:8])
-                send(out_byte, "P_BYTES")
+                send(out_q, "P_BYTES")
                 with m.If(o_stream.ready):
-                    m.d.sync += [word.eq(word >> 8), byte_no.eq(byte_no + 1)]
+                    m.d.sync += [word.eq(word >> 8), byte_no.eq(byte_no + 1),
+                                 out_q.eq(Mux(src == SRC_MEM,
+                                              link_r_data.word_select(byte_no + 1, 8),
+                                              word[8:16]))]
                     with m.If(byte_no + 1 == wb):
                         m.d.sync += [ptr.eq(ptr + 1), words_left.eq(words_left - 1)]
                         m.next = "P_NEXT"
