@@ -102,7 +102,8 @@ def main(argv=None) -> int:
         row["_data"] = dict(report=report, traffic=traffic, cycles=cycles, clock_mhz=clock,
                             baud=baud)
         rows.append(row)
-    columns = ["board", "preset", "array", "layer", "built", "logic", "dsp", "bram", "fmax", "clock",
+    columns = ["board", "preset", "array", "layer", "built", "logic", "dsp", "bram", "fmax",
+               "clock",
                "build_s", "cycles", "compute_ms", "transfer_kb", "transfer_ms", "usb_ms",
                "total_ms"]
     print_table(rows, columns, "Boards: a layer end to end (L x D x H)")

@@ -14,10 +14,10 @@ layer on the simulated core.
    sentence; with ``--backend``, the same on Verilator (or Icarus), whose first sentence
    includes building the simulator if the core changed.
 
-All on the ``tiny`` preset, as ``attn demo``. Exit code 1 if a simulated core differs from
-golden/.
+All on the ``tiny`` preset, as ``attn demo``, unless ``--preset`` names another. Exit code 1
+if a simulated core differs from golden/.
 
-    python -m bench.demo [--quick] [--backend verilator|icarus]
+    python -m bench.demo [--quick] [--backend verilator|icarus] [--preset NAME]
 """
 
 from __future__ import annotations
@@ -174,9 +174,12 @@ def main(argv=None) -> int:
                         help=f"{QUICK_HELD_OUT} held-out sentences, {QUICK_DEMO} demo sentences")
     parser.add_argument("--backend", choices=["verilator", "icarus"], default=None,
                         help="also run the demo sentences on this simulator")
+    parser.add_argument("--preset", default=PRESET,
+                        help=f"configuration (default {PRESET}; icebreaker_mini is the "
+                             f"iCEBreaker's)")
     args = parser.parse_args(argv)
     tagger = Tagger()
-    cfg = preset(PRESET)
+    cfg = preset(args.preset)
     count = QUICK_HELD_OUT if args.quick else HELD_OUT
     sentences = list(DEFAULT_SENTENCES[:QUICK_DEMO] if args.quick else DEFAULT_SENTENCES)
     start = time.perf_counter()
@@ -209,7 +212,7 @@ def main(argv=None) -> int:
                         "amb_verb", "amb_noun", "unseen_word_acc", "unseen_amb_acc",
                         "margin_min", "margin_amb", "margin_mean"],
                 f"Tagging accuracy: {count} held-out sentences (grammar seed {HELD_OUT_SEED}), "
-                f"preset {PRESET!r}")
+                f"preset {cfg.name!r}")
     d = acc["disagree"]
     unseen = count - acc["seen_in_training"]
     weights = np.load(WEIGHTS)
@@ -245,7 +248,7 @@ def main(argv=None) -> int:
                       seconds=f"{r['seconds']:.2f}") for r in sim_rows],
                 ["backend", "sentence", "tags", "grammar", "float", "cycles", "rel_err",
                  "max_err", "golden_equal", "seconds"],
-                f"Demo sentences on the simulated core (preset {PRESET!r}: {cfg.rows}x{cfg.cols} "
+                f"Demo sentences on the simulated core (preset {cfg.name!r}: {cfg.rows}x{cfg.cols} "
                 f"array)")
     summary = {}
     for backend in dict.fromkeys(r["backend"] for r in sim_rows):
@@ -262,7 +265,7 @@ def main(argv=None) -> int:
               f"simulation and any simulator build included)"
               + ("" if summary[backend]["golden_equal"] else "; output DIFFERS from golden/"))
     print(f"wall time {seconds:.1f} s")
-    write_json("demo", dict(preset=PRESET, quick=args.quick, accuracy=acc, demo=sim_rows,
+    write_json("demo", dict(preset=cfg.name, quick=args.quick, accuracy=acc, demo=sim_rows,
                             simulation=summary, seconds=seconds))
     return 0 if all(s["golden_equal"] for s in summary.values()) else 1
 
