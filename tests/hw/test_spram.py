@@ -111,3 +111,19 @@ def test_spram_blocks():
 def test_spram_depth_checked():
     with pytest.raises(ValueError, match="more than an SPRAM's 16384"):
         SinglePortMemory(width=8, depth=SPRAM_DEPTH + 1, spram=True, name="big")
+
+
+def test_link_regions_in_spram():
+    """On the iCEBreaker the link of icebreaker_mini puts the weights and the constants in
+    SPRAM (the testbench memories are only the others); in simulation none."""
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+
+    from attn import preset
+    from hw.device import AttentionDevice
+
+    link = AttentionDevice(preset("icebreaker_mini")).link
+    link.elaborate(ICEBreakerPlatform())
+    assert link.spram_regions == {"w", "params"}
+    assert set(link.memories) == {"x", "y"}
+    link.elaborate(None)
+    assert link.spram_regions == set() and set(link.memories) == {"params", "x", "w", "y"}
