@@ -103,8 +103,7 @@ def main(argv=None) -> int:
                             baud=baud)
         rows.append(row)
     columns = ["board", "preset", "array", "layer", "built", "logic", "dsp", "bram", "fmax",
-               "clock",
-               "build_s", "cycles", "compute_ms", "transfer_kb", "transfer_ms", "usb_ms",
+               "clock", "build_s", "cycles", "compute_ms", "transfer_kb", "transfer_ms", "usb_ms",
                "total_ms"]
     print_table(rows, columns, "Boards: a layer end to end (L x D x H)")
     write_json("board", {"rows": [{k: v for k, v in r.items() if k != "_data"} | r["_data"]

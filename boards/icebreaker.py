@@ -2,7 +2,7 @@
 ``iceprog``.
 
 The preset that fits is ``icebreaker_mini``: it fills about 97 % of the UP5K's logic cells,
-where nextpnr's routes are long; 20 MHz (20.25 from the PLL) leaves a margin under the
+where nextpnr's routes are long; 20 MHz (19.875 from the PLL) leaves a margin under the
 24-25 MHz it reaches there.
 """
 

@@ -43,7 +43,7 @@ from .fifo import BlockRAMFIFO
 from .requant import Requantizer, sum_width
 from .softmax import Softmax
 from .systolic import SystolicArray
-from .target import is_ice40
+from .target import block_ram_attrs, is_ice40
 
 __all__ = ["AttentionCore", "COUNTERS"]
 
@@ -225,7 +225,6 @@ class AttentionCore(wiring.Component):
         rq = rqs[0]
 
         on_ecp5 = getattr(platform, "family", None) == "ecp5"
-        on_ice40 = is_ice40(platform)
 
         def mem(name, shape, depth, lutram=False, block=False):
             # On ECP5 the shallow memories read by many lanes go to LUT RAM, keeping block RAM
@@ -235,8 +234,8 @@ class AttentionCore(wiring.Component):
             # multiplexers go to a block RAM with `block` (a logic cell per bit saved).
             small = lutram and Shape.cast(shape).width * depth <= 16384
             attrs = {"ram_style": "distributed"} if small and on_ecp5 else None
-            if block and on_ice40:
-                attrs = {"ram_style": "block"}
+            if block:
+                attrs = block_ram_attrs(platform) or attrs
             memory = Memory(shape=shape, depth=max(depth, 2), init=[], attrs=attrs)
             m.submodules[name] = memory
             return memory

@@ -26,6 +26,8 @@ from amaranth.hdl import Instance
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from .target import device
+
 __all__ = ["DSP_LATENCY", "Multiplier", "check_bits", "check_site", "times_constant",
            "ice40_mac16", "mac16_blocks"]
 
@@ -41,8 +43,7 @@ _ICE40_MAC16 = {"ice40up5k": 8, "ice40up3k": 4}
 
 def ice40_mac16(platform) -> int:
     """SB_MAC16 blocks of an iCE40 ``platform``'s device; 0 for any other platform or none."""
-    device = str(getattr(platform, "device", "")).lower()
-    return _ICE40_MAC16.get(device, 0)
+    return _ICE40_MAC16.get(device(platform), 0)
 
 
 def mac16_blocks(a_bits: int, b_bits: int) -> int:

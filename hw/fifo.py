@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from amaranth.lib import fifo
 
-from .target import is_ice40
+from .target import block_ram_attrs
 
 __all__ = ["BlockRAMFIFO"]
 
@@ -20,6 +20,5 @@ class BlockRAMFIFO(fifo.SyncFIFOBuffered):
 
     def elaborate(self, platform):
         m = super().elaborate(platform)
-        if is_ice40(platform):
-            m.submodules.storage.attrs["ram_style"] = "block"
+        m.submodules.storage.attrs.update(block_ram_attrs(platform))
         return m

@@ -21,6 +21,8 @@ from __future__ import annotations
 from amaranth import Cat, ClockSignal, Elaboratable, Instance, Module, Signal, unsigned
 from amaranth.lib.memory import Memory
 
+from .target import device
+
 __all__ = ["SPRAM_WIDTH", "SPRAM_DEPTH", "spram_blocks", "spram_plan", "SinglePortMemory",
            "ebr_blocks"]
 
@@ -28,10 +30,13 @@ SPRAM_WIDTH = 16
 SPRAM_DEPTH = 16384
 
 
+#: SPRAM blocks of the iCE40 devices that have any (the UltraPlus parts).
+_ICE40_SPRAM = {"ice40up5k": 4, "ice40up3k": 4}
+
+
 def spram_blocks(platform) -> int:
     """SPRAM blocks of ``platform``: 4 on an iCE40UP5K / UP3K, 0 elsewhere (or without one)."""
-    device = str(getattr(platform, "device", "")).lower()
-    return 4 if device.startswith("ice40up") else 0
+    return _ICE40_SPRAM.get(device(platform), 0)
 
 
 def ebr_blocks(width: int, depth: int) -> int:

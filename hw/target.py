@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-__all__ = ["is_ice40"]
+__all__ = ["device", "is_ice40", "block_ram_attrs"]
+
+
+def device(platform) -> str:
+    """``platform.device`` in lower case (``"ice40up5k"``, ``"lfe5u-85f"``), ``""`` without
+    a platform."""
+    return str(getattr(platform, "device", "")).lower()
 
 
 def is_ice40(platform) -> bool:
-    """Whether ``platform`` is a Lattice iCE40 (``platform.device`` starts with ``iCE40``;
-    Amaranth spells that platform's ``family`` ``"iCE40"``, the ECP5's ``"ecp5"``)."""
-    return str(getattr(platform, "device", "")).lower().startswith("ice40")
+    """Whether ``platform`` is a Lattice iCE40 (its device starts with ``iCE40``; Amaranth
+    spells that platform's ``family`` ``"iCE40"``, the ECP5's ``"ecp5"``)."""
+    return device(platform).startswith("ice40")
+
+
+def block_ram_attrs(platform) -> dict:
+    """Memory attributes that ask Yosys for block RAM on iCE40, where it would build a memory of
+    a few words from flip-flops and multiplexers (a logic cell per bit); none elsewhere."""
+    return {"ram_style": "block"} if is_ice40(platform) else {}
