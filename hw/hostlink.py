@@ -265,7 +265,7 @@ class HostLink(wiring.Component):
         # The link's side of every region: one address/data bus, enables per region.
         word_bits = 8 * max([COUNTER_BYTES, STATUS_PAYLOAD] + [r.word_bytes for r in regions])
         # WRITE: the region word being assembled (bytes shift in at the top); replies: the
-        # status or the counter being sent (bytes shift out at the bottom)
+        # word being sent (bytes shift out at the bottom)
         word = Signal(word_bits)
         # ROM / memory / counter index (an address from a request is only used once the range
         # check has passed, so the largest index it needs is a region's depth)
@@ -651,31 +651,26 @@ class HostLink(wiring.Component):
                 m.next = "P_LOAD"
                 with m.If(words_left == 0):
                     m.next = "R_CRC0"
-            # The ROM and the regions are sent from their read ports (``ptr`` holds still while
-            # a word is sent); the status and a counter are sampled into ``word`` so that a
-            # value changing meanwhile is never sent half old, half new. The byte on the line
-            # comes from a register (``out_q``), loaded with the next one as each is taken.
-            out_q = Signal(8)
+            # The word to send (a ROM byte, a region word, the status or a counter) is sampled
+            # into ``word`` and shifted out of it a byte at a time: a counter changing meanwhile
+            # is never sent half old, half new, and the byte on the line comes from a register,
+            # with the payload's byte select off the path out of the region's block RAMs.
             with m.State("P_LOAD"):
                 with m.Switch(src):
                     with m.Case(SRC_ROM):
-                        m.d.sync += out_q.eq(rom_r.data)
+                        m.d.sync += word.eq(rom_r.data)
                     with m.Case(SRC_MEM):
-                        m.d.sync += out_q.eq(link_r_data[:8])
+                        m.d.sync += word.eq(link_r_data)
                     with m.Case(SRC_STATUS):
-                        m.d.sync += [word.eq(status_word), out_q.eq(status_word[:8])]
+                        m.d.sync += word.eq(status_word)
                     if self.n_counters:
                         with m.Case(SRC_CNT):
-                            counter = self.counters[ptr[:8]]
-                            m.d.sync += [word.eq(counter), out_q.eq(counter[:8])]
+                            m.d.sync += word.eq(self.counters[ptr[:8]])
                 m.next = "P_BYTES"
             with m.State("P_BYTES"):
-                send(out_q, "P_BYTES")
+                send(word[:8], "P_BYTES")
                 with m.If(o_stream.ready):
-                    m.d.sync += [word.eq(word >> 8), byte_no.eq(byte_no + 1),
-                                 out_q.eq(Mux(src == SRC_MEM,
-                                              link_r_data.word_select(byte_no + 1, 8),
-                                              word[8:16]))]
+                    m.d.sync += [word.eq(word >> 8), byte_no.eq(byte_no + 1)]
                     with m.If(byte_no + 1 == wb):
                         m.d.sync += [ptr.eq(ptr + 1), words_left.eq(words_left - 1)]
                         m.next = "P_NEXT"
