@@ -50,6 +50,7 @@ _INT_RANGES = {
     "prob_bits": (2, 17),
     "mult_bits": (2, 31),
     "div_bits_per_stage": (1, 4),
+    "softmax_units": (0, 64),
 }
 
 
@@ -106,6 +107,10 @@ class AttnConfig:
         Quotient bits per pipeline stage of the softmax's divider (1 to 4): fewer flip-flops,
         a longer path, ``ceil(prob_bits / div_bits_per_stage)`` cycles of latency. Results do
         not depend on it.
+    softmax_units : int
+        Softmax units of the attention core, each normalizing its share of a row block's rows
+        in parallel: a power of two that divides ``rows``, or 0 (the default) for one unit per
+        32 PEs (:attr:`softmax_unit_count`).
 
     Raises
     ------
@@ -138,6 +143,7 @@ class AttnConfig:
     masks: bool = True
     dsp: str = "infer"
     div_bits_per_stage: int = 1
+    softmax_units: int = 0
 
     def __post_init__(self):
         if not isinstance(self.name, str):
@@ -164,6 +170,10 @@ class AttnConfig:
         if self.exp_mode == "exp2" and self.lut_addr_bits > self.score_frac_bits:
             raise ValueError(f"lut_addr_bits ({self.lut_addr_bits}) must not exceed "
                              f"score_frac_bits ({self.score_frac_bits}) in exp2 mode")
+        units = self.softmax_units
+        if units and (units & (units - 1) or self.rows % units):
+            raise ValueError(f"softmax_units ({units}) must be 0 or a power of two dividing "
+                             f"rows ({self.rows})")
         if self.acc_bits + self.mult_bits > 62:
             raise ValueError(f"acc_bits ({self.acc_bits}) + mult_bits ({self.mult_bits}) must "
                              f"not exceed 62 (requantization products are exact in int64)")
@@ -174,6 +184,17 @@ class AttnConfig:
     def pes(self) -> int:
         """Number of multiply-accumulate elements."""
         return self.rows * self.cols
+
+    @property
+    def softmax_unit_count(self) -> int:
+        """Softmax units of the attention core: ``softmax_units``, or for 0 one per 32 PEs
+        rounded up to a power of two, at most ``rows`` (a unit takes one score per cycle,
+        which keeps up with ``rows * cols`` PEs while ``rows * cols / (2 d)`` is at most 1, and
+        16 is the smallest head size ``d`` the figures use)."""
+        if self.softmax_units:
+            return self.softmax_units
+        per_32 = -(-self.pes // 32)
+        return min(self.rows, 1 << (per_32 - 1).bit_length())
 
     @property
     def a_bits(self) -> int:
@@ -300,6 +321,11 @@ def _make_presets() -> dict:
                                         bias_bits=20, score_bits=12, score_frac_bits=4,
                                         lut_addr_bits=4, exp_bits=12, prob_bits=8,
                                         mult_bits=12, div_bits_per_stage=2),
+        # ULX3S (ECP5-85F): the reference layer's shape on the largest array whose whole
+        # device routes there (an 8x8 one did not), with two softmax units (one left the array
+        # waiting 6 % of the reference layer). The ULX3S board's preset.
+        "ulx3s_8x4": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=4,
+                                  softmax_units=2),
         # ULX3S (ECP5-85F): MiniLM-sized layers on a 16x8 array of registered MULT18X18D
         # (128 of the 156 DSPs; the attention core needs power-of-two array sides).
         "ulx3s": base.replace(max_seq_len=64, max_d_model=384, max_heads=12, rows=16,

@@ -77,7 +77,7 @@ class AttentionCore(wiring.Component):
         powers of two.
     softmax_units : int or None
         Softmax units working on the rows of a block in parallel (a power of two dividing
-        ``rows``); by default enough for the array (1 up to 32 PEs, then one per 32).
+        ``rows``); by default ``cfg.softmax_unit_count``.
 
     Members
     -------
@@ -105,9 +105,7 @@ class AttentionCore(wiring.Component):
                                  f"not {value}")
         self.cfg = cfg
         if softmax_units is None:
-            # one softmax element per cycle keeps up with an array of R x C PEs while the
-            # R x C / (2 d) ratio stays at 1; 16 is the smallest head size the figures use
-            softmax_units = min(cfg.rows, _pow2(_ceil_div(cfg.rows * cfg.cols, 32)))
+            softmax_units = cfg.softmax_unit_count
         if (not isinstance(softmax_units, int) or softmax_units < 1
                 or cfg.rows % softmax_units or softmax_units & (softmax_units - 1)):
             self._MustUse__silence = True

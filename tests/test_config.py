@@ -45,10 +45,25 @@ def test_frozen():
      r"lut_addr_bits \(9\) must not exceed score_frac_bits \(8\) in exp2 mode"),
     (dict(qkv_bits=19), ValueError, r"qkv_bits must be between 2 and 18, not 19"),
     (dict(mult_bits=31, max_d_model=4096), ValueError, r"acc_bits \(\d+\) \+ mult_bits \(31\)"),
+    (dict(softmax_units=3), ValueError,
+     r"softmax_units \(3\) must be 0 or a power of two dividing rows \(4\)"),
+    (dict(softmax_units=8), ValueError,
+     r"softmax_units \(8\) must be 0 or a power of two dividing rows \(4\)"),
+    (dict(softmax_units=-1), ValueError, r"softmax_units must be between 0 and 64, not -1"),
 ])
 def test_invalid_parameters_are_named(changes, error, message):
     with pytest.raises(error, match=message):
         preset("default").replace(**changes)
+
+
+@pytest.mark.parametrize("rows,cols,units,count", [
+    (4, 4, 0, 1), (8, 4, 0, 1), (8, 8, 0, 2), (16, 8, 0, 4), (2, 64, 0, 2), (8, 4, 2, 2),
+    (8, 4, 8, 8),
+])
+def test_softmax_unit_count(rows, cols, units, count):
+    """0 picks one unit per 32 PEs (a power of two, at most rows); otherwise the field."""
+    cfg = preset("default").replace(rows=rows, cols=cols, softmax_units=units)
+    assert cfg.softmax_unit_count == count
 
 
 def test_from_dict_rejects_unknown_fields():

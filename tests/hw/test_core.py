@@ -99,6 +99,11 @@ def test_core_rejects_bad_softmax_units():
         AttentionCore(preset("tiny"), softmax_units=3)
 
 
+def test_core_takes_softmax_units_from_config():
+    assert AttentionCore(preset("ulx3s_8x4")).softmax_units == 2
+    assert AttentionCore(preset("tiny").replace(rows=4, softmax_units=4)).softmax_units == 4
+
+
 def test_core_back_to_back_runs():
     cfg = preset("tiny")
     qm, xi, expected = layer(cfg, 6, 8, 2, seed=3, causal=True)
@@ -193,6 +198,7 @@ def test_core_requantizer_multiplier_fits_the_dsp_budget(name, device, family, e
 @pytest.mark.parametrize("sim,name,shape,stall", [
     ("icarus", "tiny", (5, 12, 2), 0.3),
     ("verilator", "default", (16, 32, 4), 0.2),
+    ("verilator", "ulx3s_8x4", (20, 40, 4), 0.2),
 ])
 def test_core_hdl(sim, name, shape, stall):
     """The generated Verilog, two runs back to back with stalls, in cocotb."""

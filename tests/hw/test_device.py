@@ -28,7 +28,8 @@ from tests.hw.test_core import layer
 # -- the region map --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["tiny", "default", "icebreaker", "icebreaker_mini"])
+@pytest.mark.parametrize("name", ["tiny", "default", "icebreaker", "icebreaker_mini",
+                                  "ulx3s_8x4"])
 def test_map_round_trip(name):
     dmap = DeviceMap(preset(name))
     rng = random.Random(1)
