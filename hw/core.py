@@ -74,10 +74,8 @@ class AttentionCore(wiring.Component):
     ----------
     cfg : AttnConfig
         Every width, the maximum shape and the array size. ``rows`` and ``cols`` must be
-        powers of two.
-    softmax_units : int or None
-        Softmax units working on the rows of a block in parallel (a power of two dividing
-        ``rows``); by default ``cfg.softmax_unit_count``.
+        powers of two. ``cfg.softmax_unit_count`` softmax units work on the rows of a block
+        in parallel.
 
     Members
     -------
@@ -96,7 +94,7 @@ class AttentionCore(wiring.Component):
         ``o_stream.ready``; cycles the array waited for the softmax.
     """
 
-    def __init__(self, cfg, *, softmax_units: int | None = None):
+    def __init__(self, cfg):
         for name in ("rows", "cols"):
             value = getattr(cfg, name)
             if value & (value - 1):
@@ -104,14 +102,8 @@ class AttentionCore(wiring.Component):
                 raise ValueError(f"{name} must be a power of two for the attention core, "
                                  f"not {value}")
         self.cfg = cfg
-        if softmax_units is None:
-            softmax_units = cfg.softmax_unit_count
-        if (not isinstance(softmax_units, int) or softmax_units < 1
-                or cfg.rows % softmax_units or softmax_units & (softmax_units - 1)):
-            self._MustUse__silence = True
-            raise ValueError(f"softmax_units must be a power of two dividing rows "
-                             f"({cfg.rows}), not {softmax_units!r}")
-        self.softmax_units = softmax_units
+        #: Softmax units (a power of two dividing ``rows``, checked by the configuration).
+        self.softmax_units = cfg.softmax_unit_count
         out_layout = data.StructLayout({"y": lanes_layout(cfg, cfg.y_bits), "last": 1})
         super().__init__({
             "start": In(stream.Signature(run_args_layout(cfg))),

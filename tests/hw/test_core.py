@@ -85,18 +85,18 @@ def test_core_random_shapes(seed):
 ])
 def test_core_parallel_softmax_units(units, shape, causal, valid_len):
     cfg = preset("default").replace(max_seq_len=12, max_d_model=24, max_heads=4, rows=4,
-                                    cols=2)
+                                    cols=2, softmax_units=units)
     qm, xi, expected = layer(cfg, *shape, seed=units, causal=causal, valid_len=valid_len)
     run = simulate_core(cfg, qm, xi, causal=causal, valid_len=valid_len, stall=0.3,
-                        core=AttentionCore(cfg, softmax_units=units),
                         name=f"core_units_{units}_{shape[0]}")
     assert_equal(f"core output y with {units} softmax units", expected.y, run.y)
 
 
 def test_core_rejects_bad_softmax_units():
-    with pytest.raises(ValueError, match=r"softmax_units must be a power of two dividing rows "
-                                         r"\(2\), not 3"):
-        AttentionCore(preset("tiny"), softmax_units=3)
+    """The core takes its softmax units from the configuration, which refuses a bad count."""
+    with pytest.raises(ValueError, match=r"softmax_units \(3\) must be 0 or a power of two "
+                                         r"dividing rows \(2\)"):
+        AttentionCore(preset("tiny").replace(softmax_units=3))
 
 
 def test_core_takes_softmax_units_from_config():
@@ -217,10 +217,10 @@ def test_core_hdl(sim, name, shape, stall):
 @pytest.mark.parametrize("units", [1, 2])
 def test_core_probabilities_probe(units):
     """The probabilities the softmax units produce (recorded in the simulator) are golden's."""
-    cfg = preset("tiny")
+    cfg = preset("tiny").replace(softmax_units=units)
     qm, xi, expected = layer(cfg, 5, 12, 2, seed=9, causal=True)
-    run = simulate_core(cfg, qm, xi, causal=True, core=AttentionCore(cfg, softmax_units=units),
-                        name=f"core_probs_{units}", record_probs=True)
+    run = simulate_core(cfg, qm, xi, causal=True, name=f"core_probs_{units}",
+                        record_probs=True)
     assert_equal("softmax probabilities", expected.probs, run.probs)
     assert_equal("core output y", expected.y, run.y)
 
