@@ -136,11 +136,13 @@ def cmd_presets(args) -> int:
     if args.json:
         print(json.dumps({name: cfg.to_dict() for name, cfg in PRESETS.items()}, indent=2))
         return 0
-    print(f"{'preset':<12} {'Lmax':>5} {'Dmax':>5} {'Hmax':>5} {'array':>7} {'x/w/qkv':>9} "
-          f"{'acc':>4} {'prob':>5} {'exp':>6}")
+    width = max(len("preset"), *map(len, PRESETS))
+    print(f"{'preset':<{width}} {'Lmax':>5} {'Dmax':>5} {'Hmax':>5} {'array':>7} "
+          f"{'softmax':>7} {'x/w/qkv':>9} {'acc':>4} {'prob':>5} {'exp':>6}")
     for name, cfg in PRESETS.items():
-        print(f"{name:<12} {cfg.max_seq_len:>5} {cfg.max_d_model:>5} {cfg.max_heads:>5} "
-              f"{cfg.rows:>3}x{cfg.cols:<3} {cfg.x_bits:>3}/{cfg.w_bits}/{cfg.qkv_bits:<2} "
+        print(f"{name:<{width}} {cfg.max_seq_len:>5} {cfg.max_d_model:>5} {cfg.max_heads:>5} "
+              f"{cfg.rows:>3}x{cfg.cols:<3} {cfg.softmax_unit_count:>7} "
+              f"{f'{cfg.x_bits}/{cfg.w_bits}/{cfg.qkv_bits}':>9} "
               f"{cfg.acc_bits:>4} {cfg.prob_bits:>5} {cfg.exp_mode:>6}")
     return 0
 

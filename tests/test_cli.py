@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attn import preset
+from attn import PRESETS, preset
 from attn.cli import main
 from golden import attention_int, calibrate, make_mask, quantize_input
 from tests.golden.test_model import random_layer
@@ -198,4 +198,8 @@ def test_console_script_on_the_bundled_example(tmp_path):
 
 def test_presets_command(capsys):
     assert main(["presets"]) == 0
-    assert "icebreaker" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == list(PRESETS)
+    # a table: every column lines up, however long a preset's name
+    assert len({len(line) for line in lines}) == 1, lines
+    assert lines[1 + list(PRESETS).index("ulx3s_8x4")].split()[5] == "2"   # softmax units
