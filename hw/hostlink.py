@@ -324,6 +324,11 @@ class HostLink(wiring.Component):
             for index, rdata in enumerate(mem_r_data):
                 with m.Case(index):
                     m.d.comb += link_r_data.eq(rdata)
+        # The selected region's read data, registered: a reply takes it one cycle after the
+        # read (P_WAIT), so nothing but the region multiplexer lies between the block RAMs
+        # (cascaded for the deep regions) and a register.
+        link_r_q = Signal(word_bits)
+        m.d.sync += link_r_q.eq(link_r_data)
 
         # -- request state -----------------------------------------------------------------
         cmd = Signal(8)
@@ -417,8 +422,8 @@ class HostLink(wiring.Component):
 
         # WRITE and READ share one region lookup, one range check and one byte count: the
         # command picks the fields (it is known from the second byte of the frame on).
-        is_read = Signal()
-        m.d.comb += is_read.eq(cmd == Command.READ)
+        is_read = Signal()                  # cmd == READ, registered with cmd (off the
+                                            # path of the range and length checks)
         sel = Signal(8)
         count = Signal(len(w_count))
         addr = Signal(max(len(w_addr), len(r_addr)))
@@ -465,7 +470,7 @@ class HostLink(wiring.Component):
             rx_states = ("HUNT", "CMD", "LEN0", "LEN1", "PAYLOAD", "CRC0", "CRC1", "DISCARD")
             with m.State("HUNT"):
                 m.d.comb += i_stream.ready.eq(1)
-                m.d.sync += [timer.eq(0), crc_rx.eq(CRC_INIT), cmd.eq(0)]
+                m.d.sync += [timer.eq(0), crc_rx.eq(CRC_INIT), cmd.eq(0), is_read.eq(0)]
                 with m.If(take & ~i_stream.payload.error & (byte == REQUEST_SYNC)):
                     m.next = "CMD"
             for state in rx_states[1:-1]:
@@ -479,7 +484,7 @@ class HostLink(wiring.Component):
                             m.next = "DISCARD"
                         with m.Else():
                             if state == "CMD":
-                                m.d.sync += cmd.eq(byte)
+                                m.d.sync += [cmd.eq(byte), is_read.eq(byte == Command.READ)]
                                 m.next = "LEN0"
                             elif state == "LEN0":
                                 m.d.sync += length[:8].eq(byte)
@@ -648,9 +653,11 @@ class HostLink(wiring.Component):
                 send(r_len[8:], "P_NEXT")
             with m.State("P_NEXT"):             # the read ports see ``ptr`` in this cycle
                 m.d.sync += byte_no.eq(0)
-                m.next = "P_LOAD"
+                m.next = "P_WAIT"
                 with m.If(words_left == 0):
                     m.next = "R_CRC0"
+            with m.State("P_WAIT"):             # the read data is in ``link_r_q`` next cycle
+                m.next = "P_LOAD"
             # The word to send (a ROM byte, a region word, the status or a counter) is sampled
             # into ``word`` and shifted out of it a byte at a time: a counter changing meanwhile
             # is never sent half old, half new, and the byte on the line comes from a register,
@@ -660,7 +667,7 @@ class HostLink(wiring.Component):
                     with m.Case(SRC_ROM):
                         m.d.sync += word.eq(rom_r.data)
                     with m.Case(SRC_MEM):
-                        m.d.sync += word.eq(link_r_data)
+                        m.d.sync += word.eq(link_r_q)
                     with m.Case(SRC_STATUS):
                         m.d.sync += word.eq(status_word)
                     if self.n_counters:

@@ -31,3 +31,23 @@ def test_demo_quick(bench_dir):
     runs = data["demo"]
     assert runs and all(r["golden_equal"] for r in runs)
     assert runs[0]["tags"] == ["PRON", "VERB", "DET", "NOUN"]
+
+
+def test_hostlink_quick(bench_dir, tmp_path):
+    """The UART out of context on iCE40UP5K (a few seconds): routed, with an fmax and logic."""
+    from boards.toolchain import ToolchainError, use_yowasp
+    try:
+        use_yowasp("ice40", bitstream=False, log=None)
+    except ToolchainError as exc:
+        pytest.skip(str(exc))
+    from bench import hostlink
+    assert hostlink.main(["--quick", "--build-dir", str(tmp_path / "synth")]) == 0
+    data = json.loads((bench_dir / "hostlink.json").read_text())
+    assert data["families"] == ["ice40"] and data["quick"]
+    assert [d["kind"] for d in data["designs"]] == ["UART"]
+    for design in data["designs"]:
+        report = design["report"]
+        assert report["routed"] and report["error"] is None
+        assert report["fmax_mhz"] > 0
+        assert report["lut_dut"] > 0 and report["ff_dut"] > 0
+        assert design["divisor"] == 16 and report["family"] == "ice40"
