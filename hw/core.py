@@ -135,11 +135,14 @@ class AttentionCore(wiring.Component):
         return min(cfg.cols, _pow2(_ceil_div(cfg.rows * cfg.cols, 8)), 4)
 
     def requant_multiplier(self, platform) -> str:
-        """The requantizers' multiplier on ``platform``: ``"infer"`` (DSP blocks), except on an
-        iCE40 whose SB_MAC16 blocks the array (one per PE) leaves too few for all of them
-        (:func:`hw.dsp.mac16_blocks` each): ``"shift_add"`` (fabric adders) there. On the
-        iCE40UP5K with 16-bit operands a 2x2 array leaves room (4 + 3 blocks), a 2x4 does
-        not."""
+        """The requantizers' multiplier on ``platform`` (:class:`hw.requant.Requantizer`):
+        ``"slices"`` on ECP5 (one registered 18x18 product per slice); ``"infer"`` (DSP blocks)
+        on an iCE40 whose SB_MAC16 blocks the array (one per PE) leaves enough of them
+        (:func:`hw.dsp.mac16_blocks` each), ``"shift_add"`` (fabric adders) on one that does
+        not; ``"infer"`` without a platform. On the iCE40UP5K with 16-bit operands a 2x2 array
+        leaves room (4 + 3 blocks), a 2x4 does not."""
+        if getattr(platform, "family", None) == "ecp5":
+            return "slices"
         if not is_ice40(platform):
             return "infer"
         cfg = self.cfg

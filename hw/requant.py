@@ -30,10 +30,13 @@ not ready) freezes the five pipeline registers; nothing is lost or repeated.
 
 Multiplier
 ----------
-``"infer"``: ``(acc + bias) * M`` as ``*`` followed by one more register (for DSP blocks, e.g.
-ECP5). ``"shift_add"``: no ``*`` at all; partial products of 4 multiplier bits each are summed in
-the first stage and combined in the second (fabric only: for iCE40, whose eight SB_MAC16 are
-all taken by a 2x4 array).
+``"infer"``: ``(acc + bias) * M`` as one ``*`` followed by one more register (the tool maps it,
+e.g. to iCE40 SB_MAC16 blocks). ``"slices"``: ``acc + bias`` cut into 17-bit slices, each slice
+times ``M`` as a ``*`` into its own register (one 18x18 DSP block each, ECP5's MULT18X18D, whose
+own registers Yosys leaves unused), the slices' products summed in the next stage: no carry
+chain shares a cycle with the multipliers. ``"shift_add"``: no ``*`` at all; partial products
+of 4 multiplier bits each are summed in the first stage and combined in the second (fabric
+only: for iCE40, whose eight SB_MAC16 are all taken by a 2x4 array).
 
 Shift
 -----
@@ -55,9 +58,10 @@ from .systolic import output_layout
 
 __all__ = ["Requantizer", "param_layout", "sum_width", "MULTIPLIERS"]
 
-MULTIPLIERS = ("infer", "shift_add")
+MULTIPLIERS = ("infer", "slices", "shift_add")
 ROUNDINGS = ("half_up", "half_even")
 _CHUNK = 4  # multiplier bits per partial product of the shift-add multiplier
+_DSP_SLICE = 17  # bits of acc + bias per DSP partial product (unsigned, fits 18x18 signed)
 
 
 def sum_width(in_bits: int, bias_bits: int) -> int:
@@ -93,7 +97,7 @@ class Requantizer(wiring.Component):
     rounding : str
         ``"half_up"`` or ``"half_even"`` (as :func:`golden.quant.round_shift`).
     multiplier : str
-        ``"infer"`` or ``"shift_add"``.
+        ``"infer"``, ``"slices"`` or ``"shift_add"``.
 
     Members
     -------
@@ -246,6 +250,24 @@ class Requantizer(wiring.Component):
         if self.multiplier == "infer":
             prod2 = Signal(signed(pbits), reset_less=True)
             m.d.sync += [prod2.eq(total * mult), prod3.eq(prod2)]
+            return
+        if self.multiplier == "slices":
+            # `total` in slices of _DSP_SLICE bits (the top one signed), each times M into its
+            # own register (one 18x18 DSP multiplier each), summed in the next stage: the
+            # partial products' sum does not share a cycle with the multipliers.
+            parts = []
+            for j in range(0, self.sum_bits, _DSP_SLICE):
+                piece = total[j:j + _DSP_SLICE]
+                if j + _DSP_SLICE >= self.sum_bits:
+                    piece = piece.as_signed()
+                part = Signal(signed(len(piece) + self.mult_bits + 1), name=f"part{j}",
+                              reset_less=True)
+                m.d.sync += part.eq(piece * mult)
+                parts.append((j, part))
+            acc = Const(0, signed(pbits))
+            for j, part in parts:
+                acc = acc + (part << j)
+            m.d.sync += prod3.eq(acc)
             return
         chunks = []
         for j in range(0, self.mult_bits, _CHUNK):

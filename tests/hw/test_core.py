@@ -187,7 +187,7 @@ class _Platform:
     ("tiny", "iCE40UP5K", "ice40", "infer"),          # 4 PE blocks + 1 requantizer x 3
     ("icebreaker", "iCE40UP5K", "ice40", "shift_add"),  # 8 PE blocks leave none
     ("tiny", "iCE40HX8K", "ice40", "shift_add"),      # no SB_MAC16 at all
-    ("icebreaker", "LFE5U-85F", "ecp5", "infer"),
+    ("icebreaker", "LFE5U-85F", "ecp5", "slices"),
 ])
 def test_core_requantizer_multiplier_fits_the_dsp_budget(name, device, family, expected):
     core = AttentionCore(preset(name))

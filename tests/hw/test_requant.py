@@ -6,7 +6,7 @@ import pytest
 
 import attn
 from golden.quant import qmax, qmin, requantize
-from hw.requant import Requantizer
+from hw.requant import MULTIPLIERS, Requantizer
 from sim.amaranth_sim import run_simulation
 from sim.scoreboard import assert_equal
 from sim.streams import Pattern, get_all, pack, put_all, unpack
@@ -81,7 +81,7 @@ def run_requant(dut, tiles, stall_in, stall_par, stall_out, name):
 
 @pytest.mark.parametrize("stalls", STALLS)
 @pytest.mark.parametrize("rounding", ["half_up", "half_even"])
-@pytest.mark.parametrize("multiplier", ["infer", "shift_add"])
+@pytest.mark.parametrize("multiplier", MULTIPLIERS)
 def test_requant_is_golden(multiplier, rounding, stalls):
     cfg = attn.preset("tiny").replace(cols=3, rounding=rounding)
     dut = Requantizer.from_config(cfg, out_bits=cfg.qkv_bits, multiplier=multiplier)
@@ -116,7 +116,7 @@ def test_from_config_reads_widths():
     (dict(rounding="floor"), ValueError,
      "rounding must be one of half_up, half_even, not 'floor'"),
     (dict(multiplier="booth"), ValueError,
-     "multiplier must be one of infer, shift_add, not 'booth'"),
+     "multiplier must be one of infer, slices, shift_add, not 'booth'"),
 ])
 def test_invalid_parameters(kwargs, error, message):
     params = dict(lanes=2, in_bits=30, bias_bits=20, mult_bits=16, shift_bits=6, out_bits=8)
@@ -126,7 +126,7 @@ def test_invalid_parameters(kwargs, error, message):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rounding", ["half_up", "half_even"])
-@pytest.mark.parametrize("multiplier", ["infer", "shift_add"])
+@pytest.mark.parametrize("multiplier", MULTIPLIERS)
 def test_requant_long(multiplier, rounding):
     cfg = attn.preset("default").replace(rounding=rounding)
     dut = Requantizer.from_config(cfg, out_bits=cfg.score_bits, multiplier=multiplier)
