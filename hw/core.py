@@ -219,16 +219,20 @@ class AttentionCore(wiring.Component):
 
         on_ecp5 = getattr(platform, "family", None) == "ecp5"
 
-        def mem(name, shape, depth, lutram=False, block=False):
+        def mem(name, shape, depth, lutram=False, block=False, bram=False):
             # On ECP5 the shallow memories read by many lanes go to LUT RAM, keeping block RAM
             # for the big buffers, unless they hold more than one block RAM's worth (16 Kbit):
             # the ulx3s constants (432 bits x 213 words) took 1,512 DPR16X4 slices there.
             # On iCE40 (no LUT RAM) a few words Yosys would build from flip-flops and
             # multiplexers go to a block RAM with `block` (a logic cell per bit saved).
+            # `bram` asks for block RAM on ECP5 as well: for memories whose read address
+            # goes to many of them at once, one block each instead of tens of LUT-RAM slices.
             small = lutram and Shape.cast(shape).width * depth <= 16384
             attrs = {"ram_style": "distributed"} if small and on_ecp5 else None
             if block:
                 attrs = block_ram_attrs(platform) or attrs
+            if bram and on_ecp5:
+                attrs = {"ram_style": "block"}
             memory = Memory(shape=shape, depth=max(depth, 2), init=[], attrs=attrs)
             m.submodules[name] = memory
             return memory
@@ -250,7 +254,9 @@ class AttentionCore(wiring.Component):
         # scores: unit u reads rows u*RU .. u*RU + RU - 1 of a block from its own memory
         s_mem = [mem(f"scores_{u}", data.ArrayLayout(signed(cfg.score_bits), C),
                      2 * _pow2(RU) << cblk_bits) for u in range(U)]
-        p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), 2 << tok_bits, lutram=True)
+        # P: one bank per array row, all read at the reduction counter's address (block RAM
+        # on ECP5, where in LUT RAM that counter reached ~780 slices across the die)
+        p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), 2 << tok_bits, bram=True)
                  for r in range(R)]
         w_mem = mem("weights", lanes_layout(cfg, cfg.w_bits), _pow2(dmax))
         c_mem = mem("params", param_layout(cfg), self.max_tiles, lutram=True)

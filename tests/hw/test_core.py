@@ -195,6 +195,20 @@ def test_core_requantizer_multiplier_fits_the_dsp_budget(name, device, family, e
     assert core.requant_multiplier(None) == "infer"
 
 
+@pytest.mark.parametrize("device, family", [("LFE5U-85F", "ecp5"), ("iCE40UP5K", "ice40")])
+def test_core_memory_mapping(device, family):
+    """On ECP5 the P banks, whose read address (the reduction counter) all R banks share, are
+    block RAM and the constants LUT RAM; iCE40 has no LUT RAM and decides by itself."""
+    cfg = preset("ulx3s_8x4")
+    m = AttentionCore(cfg).elaborate(_Platform(device, family))
+    probs = [m.submodules[f"probs_{r}"].attrs.get("ram_style") for r in range(cfg.rows)]
+    params = m.submodules["params"].attrs.get("ram_style")
+    if family == "ecp5":
+        assert probs == ["block"] * cfg.rows and params == "distributed"
+    else:
+        assert probs == [None] * cfg.rows and params is None
+
+
 @pytest.mark.parametrize("sim,name,shape,stall", [
     ("icarus", "tiny", (5, 12, 2), 0.3),
     ("verilator", "default", (16, 32, 4), 0.2),
