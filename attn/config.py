@@ -323,9 +323,10 @@ def _make_presets() -> dict:
                                         mult_bits=12, div_bits_per_stage=2),
         # ULX3S (ECP5-85F): the reference layer's shape on the largest array whose whole
         # device routes there (an 8x8 one did not), with two softmax units (one left the array
-        # waiting 6 % of the reference layer). The ULX3S board's preset.
+        # waiting 6 % of the reference layer) and registered DSPs (78 MHz; 71 inferred). The
+        # ULX3S board's preset.
         "ulx3s_8x4": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=4,
-                                  softmax_units=2),
+                                  softmax_units=2, dsp="ecp5_registered"),
         # ULX3S (ECP5-85F): MiniLM-sized layers on a 16x8 array of registered MULT18X18D
         # (128 of the 156 DSPs; the attention core needs power-of-two array sides).
         "ulx3s": base.replace(max_seq_len=64, max_d_model=384, max_heads=12, rows=16,
