@@ -33,10 +33,10 @@ import sys
 import time
 
 import attn
+from boards.toolchain import FAMILIES
 
 from .common import write_json
 
-FAMILIES = ("ice40", "ecp5")
 #: Clock constraints (MHz): a little above what each design reaches.
 LINK_MHZ = {"ice40": 30.0, "ecp5": 100.0}
 UART_MHZ = {"ice40": 90.0, "ecp5": 300.0}
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     from boards.toolchain import ToolchainError
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--family", choices=("ice40", "ecp5", "both"), default=None,
+    parser.add_argument("--family", choices=(*FAMILIES, "both"), default=None,
                         help="which FPGA family (default: both; ice40 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help="the UART only, on one family (under a minute)")

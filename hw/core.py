@@ -43,7 +43,7 @@ from .fifo import BlockRAMFIFO
 from .requant import Requantizer, sum_width
 from .softmax import Softmax
 from .systolic import SystolicArray
-from .target import block_ram_attrs, is_ice40
+from .target import block_ram_attrs, is_ecp5, is_ice40
 
 __all__ = ["AttentionCore", "COUNTERS"]
 
@@ -141,7 +141,7 @@ class AttentionCore(wiring.Component):
         (:func:`hw.dsp.mac16_blocks` each), ``"shift_add"`` (fabric adders) on one that does
         not; ``"infer"`` without a platform. On the iCE40UP5K with 16-bit operands a 2x2 array
         leaves room (4 + 3 blocks), a 2x4 does not."""
-        if getattr(platform, "family", None) == "ecp5":
+        if is_ecp5(platform):
             return "slices"
         if not is_ice40(platform):
             return "infer"
@@ -217,7 +217,7 @@ class AttentionCore(wiring.Component):
             m.submodules[f"requant_{g}"] = rqs[g]
         rq = rqs[0]
 
-        on_ecp5 = getattr(platform, "family", None) == "ecp5"
+        on_ecp5 = is_ecp5(platform)
 
         def mem(name, shape, depth, lutram=False, block=False, bram=False):
             # On ECP5 the shallow memories read by many lanes go to LUT RAM, keeping block RAM

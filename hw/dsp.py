@@ -26,7 +26,7 @@ from amaranth.hdl import Instance
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .target import device
+from .target import device, is_ecp5
 
 __all__ = ["DSP_LATENCY", "Multiplier", "check_bits", "check_site", "times_constant",
            "ice40_mac16", "mac16_blocks"]
@@ -150,7 +150,7 @@ class Multiplier(wiring.Component):
         m = Module()
         if self.style == "infer":
             m.d.comb += self.p.eq(self.a * self.b)
-        elif getattr(platform, "family", None) == "ecp5":
+        elif is_ecp5(platform):
             self._elaborate_mult18x18d(m)
         else:
             self._elaborate_registered_model(m)

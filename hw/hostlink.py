@@ -422,8 +422,8 @@ class HostLink(wiring.Component):
 
         # WRITE and READ share one region lookup, one range check and one byte count: the
         # command picks the fields (it is known from the second byte of the frame on).
-        is_read = Signal()                  # cmd == READ, registered with cmd (off the
-                                            # path of the range and length checks)
+        # cmd == READ, a register set with cmd (off the path of the range and length checks)
+        is_read = Signal()
         sel = Signal(8)
         count = Signal(len(w_count))
         addr = Signal(max(len(w_addr), len(r_addr)))

@@ -64,6 +64,14 @@ _CHUNK = 4  # multiplier bits per partial product of the shift-add multiplier
 _DSP_SLICE = 17  # bits of acc + bias per DSP partial product (unsigned, fits 18x18 signed)
 
 
+def _shifted_sum(parts, bits: int):
+    """``sum(part << j for j, part in parts)`` as a signed ``bits``-wide expression."""
+    acc = Const(0, signed(bits))
+    for j, part in parts:
+        acc = acc + (part << j)
+    return acc
+
+
 def sum_width(in_bits: int, bias_bits: int) -> int:
     """Signed width of ``acc + bias`` for a signed ``in_bits`` accumulator and a signed
     ``bias_bits`` bias (the multiplier's other operand has ``mult_bits``)."""
@@ -264,10 +272,7 @@ class Requantizer(wiring.Component):
                               reset_less=True)
                 m.d.sync += part.eq(piece * mult)
                 parts.append((j, part))
-            acc = Const(0, signed(pbits))
-            for j, part in parts:
-                acc = acc + (part << j)
-            m.d.sync += prod3.eq(acc)
+            m.d.sync += prod3.eq(_shifted_sum(parts, pbits))
             return
         chunks = []
         for j in range(0, self.mult_bits, _CHUNK):
@@ -279,7 +284,4 @@ class Requantizer(wiring.Component):
                 acc = acc + term
             m.d.sync += part.eq(acc)
             chunks.append((j, part))
-        acc = Const(0, signed(pbits))
-        for j, part in chunks:
-            acc = acc + (part << j)
-        m.d.sync += prod3.eq(acc)
+        m.d.sync += prod3.eq(_shifted_sum(chunks, pbits))

@@ -70,6 +70,7 @@ from amaranth.lib.wiring import In, Out
 from .dsp import DSP_LATENCY, check_bits
 from .floorplan import array_sites
 from .pe import CONTROL, ProcessingElement
+from .target import is_ecp5
 
 __all__ = ["SystolicArray", "input_layout", "output_layout"]
 
@@ -247,7 +248,7 @@ class SystolicArray(wiring.Component):
         """``{(r, c): site}`` of the PEs' DSPs on ``platform`` (see ``floorplan``), or ``None``
         when nextpnr places them."""
         if not self.floorplan or self.dsp != "ecp5_registered" \
-                or getattr(platform, "family", None) != "ecp5":
+                or not is_ecp5(platform):
             return None
         return array_sites(str(getattr(platform, "device", "")), self.rows, self.cols)
 

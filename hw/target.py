@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["device", "is_ice40", "block_ram_attrs"]
+__all__ = ["device", "is_ice40", "is_ecp5", "block_ram_attrs"]
 
 
 def device(platform) -> str:
@@ -15,6 +15,11 @@ def is_ice40(platform) -> bool:
     """Whether ``platform`` is a Lattice iCE40 (its device starts with ``iCE40``; Amaranth
     spells that platform's ``family`` ``"iCE40"``, the ECP5's ``"ecp5"``)."""
     return device(platform).startswith("ice40")
+
+
+def is_ecp5(platform) -> bool:
+    """Whether ``platform`` is a Lattice ECP5 (Amaranth's ``family`` ``"ecp5"``)."""
+    return getattr(platform, "family", None) == "ecp5"
 
 
 def block_ram_attrs(platform) -> dict:
