@@ -14,6 +14,11 @@ address everywhere else, with the same behaviour cycle for cycle:
 
 :func:`spram_plan` chooses the memories that go to SPRAM: the ones that save the most block
 RAM per SPRAM block, while blocks remain.
+
+On ECP5 a deep memory can be cut into bit slices (``slice_width``, from :func:`ecp5_slice_width`)
+that each fit one DP16KD block at its full depth. Yosys would rather build it from fewer blocks
+at their widest, stacked in depth, with a multiplexer after them on the path out of the memory
+(9 blocks in a row for the 4,410-word weights region, which set the ULX3S's fmax).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from amaranth.lib.memory import Memory
 from .target import device
 
 __all__ = ["SPRAM_WIDTH", "SPRAM_DEPTH", "spram_blocks", "spram_plan", "SinglePortMemory",
-           "ebr_blocks"]
+           "ebr_blocks", "ecp5_slice_width"]
 
 SPRAM_WIDTH = 16
 SPRAM_DEPTH = 16384
@@ -46,6 +51,19 @@ def ebr_blocks(width: int, depth: int) -> int:
         n = -(-width // w) * -(-depth // d)
         best = n if best is None else min(best, n)
     return best
+
+
+#: The ECP5 DP16KD's data widths and the words it holds at each (18 Kbit with the 9th bits).
+_DP16KD = ((36, 512), (18, 1024), (9, 2048), (4, 4096), (2, 8192), (1, 16384))
+
+
+def ecp5_slice_width(depth: int) -> int | None:
+    """The widest DP16KD data width that holds ``depth`` words in one block, for a memory that
+    would otherwise be stacked in depth (more than 512 words); ``None`` for 512 words or fewer
+    (no stacking) or more than 16,384 (stacked at any width)."""
+    if depth <= _DP16KD[0][1]:
+        return None
+    return next((w for w, d in _DP16KD if depth <= d), None)
 
 
 def spram_plan(memories: dict, blocks: int) -> set:
@@ -79,32 +97,51 @@ class SinglePortMemory(Elaboratable):
     r_en : read ``addr`` this cycle (ignored in a write cycle)
     r_data : the word read (see the module notes)
 
+    ``slice_width`` (not with ``spram``) builds the memory from ``ceil(width / slice_width)``
+    memories of ``slice_width`` bits, the same cycle for cycle.
+
     Attributes
     ----------
     memory : amaranth.lib.memory.Memory or None
-        The model memory (``None`` in SPRAM), for testbenches (``memory.data[i]``).
+        The model memory (``None`` in SPRAM or in slices), for testbenches (``memory.data[i]``).
     """
 
-    def __init__(self, *, width: int, depth: int, spram: bool = False, name: str = "mem"):
+    def __init__(self, *, width: int, depth: int, spram: bool = False, name: str = "mem",
+                 slice_width: int | None = None):
         if spram and depth > SPRAM_DEPTH:
             raise ValueError(f"memory {name!r} has {depth} words, more than an SPRAM's "
                              f"{SPRAM_DEPTH}")
+        if slice_width is not None and (spram or not 1 <= slice_width):
+            raise ValueError(f"memory {name!r}: slice_width must be a positive width of a "
+                             f"memory not in SPRAM, not {slice_width!r}")
         self.width, self.depth, self.spram, self.name = width, depth, spram, name
+        self.slice_width = slice_width if slice_width is not None and slice_width < width else None
         self.addr = Signal(max(1, (depth - 1).bit_length()), name=f"{name}_addr")
         self.w_en = Signal(name=f"{name}_w_en")
         self.w_data = Signal(width, name=f"{name}_w_data")
         self.r_en = Signal(name=f"{name}_r_en")
         self.r_data = Signal(width, name=f"{name}_r_data")
-        self.memory = None if spram else Memory(shape=unsigned(width), depth=depth, init=[])
+        self.memory = None if spram or self.slice_width else Memory(
+            shape=unsigned(width), depth=depth, init=[])
 
     def elaborate(self, platform):
         m = Module()
         if not self.spram:
-            m.submodules.memory = self.memory
-            wp, rp = self.memory.write_port(), self.memory.read_port()
-            m.d.comb += [wp.addr.eq(self.addr), wp.data.eq(self.w_data), wp.en.eq(self.w_en),
-                         rp.addr.eq(self.addr), rp.en.eq(self.r_en & ~self.w_en),
-                         self.r_data.eq(rp.data)]
+            step = self.slice_width or self.width
+            outs = []
+            for i, lo in enumerate(range(0, self.width, step)):
+                bits = min(step, self.width - lo)
+                if self.slice_width:
+                    mem = Memory(shape=unsigned(bits), depth=self.depth, init=[])
+                    m.submodules[f"memory{i}"] = mem
+                else:
+                    m.submodules.memory = mem = self.memory
+                wp, rp = mem.write_port(), mem.read_port()
+                m.d.comb += [wp.addr.eq(self.addr), wp.data.eq(self.w_data[lo:lo + bits]),
+                             wp.en.eq(self.w_en),
+                             rp.addr.eq(self.addr), rp.en.eq(self.r_en & ~self.w_en)]
+                outs.append(rp.data)
+            m.d.comb += self.r_data.eq(Cat(*outs))
             return m
         address = Signal(14, name=f"{self.name}_address")
         m.d.comb += address.eq(self.addr)

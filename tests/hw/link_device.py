@@ -87,11 +87,11 @@ class LinkDevice(wiring.Component):
     it the link's byte streams ``i_stream``/``o_stream``."""
 
     def __init__(self, *, divisor: int | None = None, timeout_cycles: int = 64, slow: int = 1,
-                 max_payload: int = 40, config=CONFIG):
+                 max_payload: int = 40, config=CONFIG, region_registers=None):
         self.divisor = divisor
         self.link = HostLink(config=config, regions=REGIONS, run_layout=RUN_LAYOUT,
                              counters=COUNTERS, timeout_cycles=timeout_cycles,
-                             max_payload=max_payload)
+                             max_payload=max_payload, region_registers=region_registers)
         self.core = AddCore(slow=slow)
         ports = host_ports(divisor)
         super().__init__(ports)

@@ -337,9 +337,11 @@ def _check_fuzz_tail(model):
     assert model.last_status == 0
 
 
-@pytest.mark.parametrize("seed,count", [(1, 500), (2, 500)])
-def test_fuzz_bytes(seed, count):
-    dut = LinkDevice()
+@pytest.mark.parametrize("seed,count,registers", [(1, 500, None), (2, 500, None),
+                                                   (3, 500, True)])
+def test_fuzz_bytes(seed, count, registers):
+    """Random frames; with ``registers`` the ECP5 link (a register per region's read data)."""
+    dut = LinkDevice(region_registers=registers)
     model = run_bytes(dut, fuzz_bursts(dut, count, seed), f"hostlink_fuzz_{seed}", stall=0.2)
     _check_fuzz_tail(model)
 
@@ -450,6 +452,7 @@ def _link(**changes):
     ({"counters": 1.5}, TypeError, r"counters must be an int, not 1.5"),
     ({"timeout_cycles": 0}, ValueError, r"timeout_cycles must be between 1 and \d+, not 0"),
     ({"max_payload": 10}, ValueError, r"max_payload must be at least 12 for these regions"),
+    ({"region_registers": 1}, TypeError, r"region_registers must be a bool or None, not 1"),
 ])
 def test_parameter_errors(changes, exc, match):
     with pytest.raises(exc, match=match):

@@ -127,3 +127,64 @@ def test_link_regions_in_spram():
     assert set(link.memories) == {"x", "y"}
     link.elaborate(None)
     assert link.spram_regions == set() and set(link.memories) == {"params", "x", "w", "y"}
+
+
+def test_ecp5_slice_width():
+    from hw.spram import ecp5_slice_width
+    assert [ecp5_slice_width(d) for d in (1, 512, 513, 1024, 1025, 4410, 8192, 16384, 16385)] \
+        == [None, None, 18, 18, 9, 2, 2, 1, None]
+
+
+@pytest.mark.parametrize("slice_width", [1, 7, 18])
+def test_sliced_memory_matches_memory(slice_width):
+    """Random reads and writes through a memory in bit slices and the one-memory model: the
+    read data agree after every cycle (reads, writes and idle cycles)."""
+    from amaranth import Module
+    from amaranth.sim import Simulator
+
+    m = Module()
+    m.submodules.a = a = SinglePortMemory(width=20, depth=600, slice_width=slice_width, name="a")
+    m.submodules.b = b = SinglePortMemory(width=20, depth=600, name="b")
+    assert a.memory is None and b.memory is not None
+    rng = random.Random(slice_width)
+
+    async def bench(ctx):
+        compared = 0
+        for _ in range(400):
+            addr, w_en, r_en = rng.randrange(600), rng.random() < 0.4, rng.random() < 0.7
+            data = rng.randrange(1 << 20)
+            for mem in (a, b):
+                ctx.set(mem.addr, addr)
+                ctx.set(mem.w_en, w_en)
+                ctx.set(mem.r_en, r_en)
+                ctx.set(mem.w_data, data)
+            await ctx.tick()
+            assert ctx.get(a.r_data) == ctx.get(b.r_data)
+            compared += r_en and not w_en
+        assert compared > 100
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_link_regions_in_slices_on_ecp5():
+    """On the ULX3S the deep regions are bit slices that each fill one DP16KD at full depth
+    (the 4,410-word weights: 16 of 2 bits); the 304-word constants stay one memory."""
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+    from attn import preset
+    from hw.device import AttentionDevice
+
+    link = AttentionDevice(preset("ulx3s_8x4")).link
+    m = link.elaborate(ULX3S_85F_Platform())
+    widths = {name: m.submodules[f"region_{name}"].slice_width
+              for name in ("params", "x", "w", "y")}
+    assert widths == {"params": None, "x": 18, "w": 2, "y": 18}
+    assert set(link.memories) == {"params"}
+    region_w = m.submodules["region_w"].elaborate(ULX3S_85F_Platform())
+    slices = [region_w.submodules[f"memory{i}"] for i in range(16)]
+    assert {(s.shape.width, s.depth) for s in slices} == {(2, 4410)}
+    with pytest.raises(AttributeError):
+        region_w.submodules["memory16"]
