@@ -391,10 +391,13 @@ class AttentionCore(wiring.Component):
                     m.d.comb += xq_wr[r].data[c].eq(self.x_stream.payload[c])
 
         # ---- feeder: array operations --------------------------------------------------
-        # F0: counters -> memory addresses (issue); F1: memory data -> array beat.
-        f1_valid = Signal()
+        # F0: counters -> memory addresses (issue); F1: memory data -> registers (a block RAM's
+        # output, slow to leave it on ECP5, goes to a register and nothing else); F2: those
+        # registers -> array beat (lane, operand and mask selection). The stages advance
+        # together.
+        f1_valid, f2_valid = Signal(), Signal()
         adv = Signal()
-        m.d.comb += adv.eq(~f1_valid | array.i_stream.ready)
+        m.d.comb += adv.eq(~f2_valid | array.i_stream.ready)
 
         desc_layout = data.StructLayout({
             "op": unsigned(2), "target": unsigned(2), "rb": unsigned(max(1, rblk_bits)),
@@ -423,6 +426,11 @@ class AttentionCore(wiring.Component):
         rem_cols = Signal(range(max(lmax, dmax) + 1))
         first, last = Signal(), Signal()
         tile = Signal(range(self.max_tiles + 1))
+        # Word addresses of the current token block in the X/Q banks (Q at `q_base` up) and the
+        # current key block in the K banks, kept beside the counters they follow (`rb` or the
+        # op's row block, `blk`): a read address is then one register plus `k_word`.
+        a_base = Signal(range(2 * q_base + 1))
+        k_base = Signal(range(_ceil_div(lmax, C) * stride + 1))
 
         # projection loop (matrix, head, block) and its head base word
         pj_m, pj_h, pj_j = Signal(range(3)), Signal(range(hmax)), Signal(range(dmax + 1))
@@ -454,10 +462,17 @@ class AttentionCore(wiring.Component):
         want_w = Signal()           # this beat takes its weights from w_stream
         can_issue = Signal()
         m.d.comb += want_w.eq(((cur_op == _PROJ) | (cur_op == _OUT)) & (rb == 0))
-        x_ready = Signal()          # the tokens of the current projection row block are loaded
-        m.d.comb += x_ready.eq(x_loaded | (lx_tok >= ((rb + 1) << lr)))
-        m.d.comb += can_issue.eq(adv & (cur_op != 7) & (~first | (desc.level + pend
-                                                                   < desc_depth - 1))
+        # Two conditions of an issue come from registers, so that no carry chain lies before
+        # `issue`, which selects the next value of every loop counter:
+        # - `x_ready`: the tokens of the current projection row block are loaded. Last cycle's
+        #   comparison still holds unless a tile ended (`rb` may have moved on): then it waits
+        #   a cycle, which only happens while X is still arriving.
+        # - `desc_room`: a first beat may push one more descriptor. Last cycle's count plus
+        #   the descriptor pushed since (at most one a cycle) leaves the room needed.
+        x_ready, desc_room = Signal(), Signal()
+        m.d.sync += [x_ready.eq(x_loaded | ((lx_tok >= ((rb + 1) << lr)) & ~(issue & last))),
+                     desc_room.eq(desc.level + pend < desc_depth - 2)]
+        m.d.comb += can_issue.eq(adv & (cur_op != 7) & (~first | desc_room)
                                  & ((cur_op != _PROJ) | x_ready)
                                  & (~want_w | self.w_stream.valid))
         m.d.comb += issue.eq(can_issue)
@@ -469,14 +484,15 @@ class AttentionCore(wiring.Component):
         with m.If(cur_op == 7):
             with m.If(phase_proj & ~proj_done):
                 m.d.sync += [cur_op.eq(_PROJ), rb.eq(0), rem_rows.eq(L),
-                             rem_cols.eq(d - (pj_j << lc))]
+                             rem_cols.eq(d - (pj_j << lc)), a_base.eq(0)]
                 start_tile(0)
             with m.Elif(phase_att & ~att_done):
                 # S(s_n) while it is at most one ahead of PV; else PV(pv_n) once its
                 # probabilities are complete
                 with m.If(~s_end & (s_n <= pv_n + 1)):
                     m.d.sync += [cur_op.eq(_S), blk.eq(0), rem_cols.eq(L),
-                                 rem_rows.eq(L - (s_rb << lr))]
+                                 rem_rows.eq(L - (s_rb << lr)),
+                                 a_base.eq(q_base + at(s_rb, 0)), k_base.eq(0)]
                     start_tile(s_base)
                 with m.Elif(~pv_end & sm_ready):
                     m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
@@ -485,7 +501,7 @@ class AttentionCore(wiring.Component):
             with m.Elif(phase_out & ~out_issued):
                 m.d.sync += [cur_op.eq(_OUT), rb.eq(0), rem_rows.eq(L),
                              rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
-                             ot_base.eq(0)]
+                             ot_base.eq(0), a_base.eq(0)]
                 start_tile(0)
 
         # reduction length and "first/last" of the current tile
@@ -524,7 +540,7 @@ class AttentionCore(wiring.Component):
                     m.d.sync += [ot_h.eq(0), ot_j.eq(0), ot_base.eq(0)]
                     with m.If(rb + 1 < n_rb):
                         m.d.sync += [rb.eq(rb + 1), rem_rows.eq(rem_rows - R),
-                                     k_word.eq(0)]
+                                     k_word.eq(0), a_base.eq(a_base + stride)]
                     with m.Else():
                         m.d.sync += [cur_op.eq(7), tile.eq(tile + 1)]
                         with m.If(cur_op == _PROJ):
@@ -550,7 +566,7 @@ class AttentionCore(wiring.Component):
                 with m.Case(_S):
                     with m.If(blk + 1 < n_kb):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
-                                     k_word.eq(s_base)]
+                                     k_word.eq(s_base), k_base.eq(k_base + stride)]
                     with m.Else():
                         m.d.sync += [cur_op.eq(7), s_n.eq(s_n + 1)]
                         with m.If(s_h + 1 == H):
@@ -620,7 +636,7 @@ class AttentionCore(wiring.Component):
         }))
         f1_w = Signal(lanes_layout(cfg, cfg.w_bits))
         with m.If(adv):
-            m.d.sync += f1_valid.eq(issue)
+            m.d.sync += [f1_valid.eq(issue), f2_valid.eq(f1_valid)]
         with m.If(issue):
             m.d.sync += [f1.op.eq(cur_op[:2]), f1.lane.eq(k_lane), f1.rows.eq(row_mask),
                          f1.first.eq(first), f1.last.eq(last), f1.wsrc.eq(want_w),
@@ -634,43 +650,52 @@ class AttentionCore(wiring.Component):
         wb_r = w_mem.read_port(transparent_for=(wb_w,))
         m.d.comb += [wb_r.addr.eq(k), wb_r.en.eq(adv)]
 
-        a_word_addr = Signal(range(q_base + 1))
-        m.d.comb += a_word_addr.eq(at(cur_rb, k_word))
         xq_rd = [xq_mem[r].read_port() for r in range(R)]
         p_rd = [p_mem[r].read_port() for r in range(R)]
         k_rd = [k_mem[c].read_port() for c in range(C)]
         v_rd = v_mem.read_port()
         for r in range(R):
             m.d.comb += [
-                xq_rd[r].addr.eq(a_word_addr + Mux(cur_op == _S, q_base, 0)),
+                xq_rd[r].addr.eq(a_base + k_word),
                 xq_rd[r].en.eq(adv),
                 p_rd[r].addr.eq(Cat(k[:tok_bits], pv_n[0])), p_rd[r].en.eq(adv),
             ]
         for c in range(C):
-            m.d.comb += [k_rd[c].addr.eq(at(blk, k_word)),
+            m.d.comb += [k_rd[c].addr.eq(k_base + k_word),
                          k_rd[c].en.eq(adv)]
         m.d.comb += [v_rd.addr.eq(at(k, pv_base + blk)),
                      v_rd.en.eq(adv)]
 
-        # F1: assemble the array beat
+        # F1: the memories' words into registers
+        f2 = Signal.like(f1)
+        xq_q = [Signal.like(xq_rd[r].data, name=f"xq_q_{r}") for r in range(R)]
+        p_q = [Signal.like(p_rd[r].data, name=f"p_q_{r}") for r in range(R)]
+        k_q = [Signal.like(k_rd[c].data, name=f"k_q_{c}") for c in range(C)]
+        v_q, wb_q, f2_w = Signal.like(v_rd.data), Signal.like(wb_r.data), Signal.like(f1_w)
+        with m.If(adv):
+            m.d.sync += [f2.eq(f1), v_q.eq(v_rd.data), wb_q.eq(wb_r.data), f2_w.eq(f1_w)]
+            m.d.sync += [q.eq(port.data) for q, port in zip(xq_q + p_q + k_q,
+                                                              xq_rd + p_rd + k_rd)]
+
+        # F2: assemble the array beat
         beat = array.i_stream.payload
-        m.d.comb += [array.i_stream.valid.eq(f1_valid), beat.first.eq(f1.first),
-                     beat.last.eq(f1.last)]
+        m.d.comb += [array.i_stream.valid.eq(f2_valid), beat.first.eq(f2.first),
+                     beat.last.eq(f2.last)]
         for r in range(R):
             # X / head outputs (projections, output) or Q (scores) from the shared bank, P (PV)
             a = Signal(signed(cfg.a_bits), name=f"a_{r}")
-            m.d.comb += [a.eq(Mux(f1.op == _PV, p_rd[r].data, xq_rd[r].data[f1.lane])),
-                         beat.a[r].eq(Mux(f1.rows[r], a, 0))]
+            m.d.comb += [a.eq(Mux(f2.op == _PV, p_q[r], xq_q[r][f2.lane])),
+                         beat.a[r].eq(Mux(f2.rows[r], a, 0))]
         for c in range(C):
             b = Signal(signed(cfg.b_bits), name=f"b_{c}")
-            with m.Switch(f1.op):
+            with m.Switch(f2.op):
                 with m.Case(_PROJ, _OUT):
-                    m.d.comb += b.eq(Mux(f1.wsrc, f1_w[c], wb_r.data[c]))
+                    m.d.comb += b.eq(Mux(f2.wsrc, f2_w[c], wb_q[c]))
                 with m.Case(_S):
-                    m.d.comb += b.eq(k_rd[c].data[f1.lane])
+                    m.d.comb += b.eq(k_q[c][f2.lane])
                 with m.Case(_PV):
-                    m.d.comb += b.eq(v_rd.data[c])
-            m.d.comb += beat.b[c].eq(Mux(f1.cols[c], b, 0))
+                    m.d.comb += b.eq(v_q[c])
+            m.d.comb += beat.b[c].eq(Mux(f2.cols[c], b, 0))
 
         # ---- writer: array results -> requantization -> buffers / output ----------------
         # The descriptor at the head of its FIFO belongs to the tile whose rows come out of
@@ -711,7 +736,7 @@ class AttentionCore(wiring.Component):
             "op": unsigned(2), "target": unsigned(2), "token": unsigned(_log2(lmax + R) + 1),
             "row": unsigned(max(1, lr)), "blk": desc_layout["blk"].shape,
             "hword": unsigned(wpt_bits), "slot": unsigned(1), "cols": unsigned(C),
-            "run_last": unsigned(1), "op_end": unsigned(1),
+            "run_last": unsigned(1), "op_end": unsigned(1), "valid": unsigned(1),
         })
         m.submodules.rows = rows_q = BlockRAMFIFO(width=ctrl_layout.size, depth=4)
         row = Signal(range(R))
@@ -735,6 +760,9 @@ class AttentionCore(wiring.Component):
             row_in.token.eq((cur.rb << lr) | row), row_in.blk.eq(cur.blk),
             row_in.hword.eq(cur.hword), row_in.slot.eq(cur.slot), row_in.cols.eq(cur.col_mask),
             row_in.run_last.eq(cur.run_last), row_in.op_end.eq(cur.op_last & (row == R - 1)),
+            # a row of a token < L (compared here, not where the row's result is written, as
+            # that decides whether X waits a cycle, which is a long path already)
+            row_in.valid.eq(row_in.token < L),
         ]
 
         # gather the requantizer's values into rows, clamp to the stage's width
@@ -766,7 +794,7 @@ class AttentionCore(wiring.Component):
 
         token = ctrl.token
         valid_row = Signal()
-        m.d.comb += valid_row.eq(token < L)
+        m.d.comb += valid_row.eq(ctrl.valid)
         is_out = Signal()
         m.d.comb += is_out.eq(ctrl.op == _OUT)
         m.d.comb += [
@@ -849,11 +877,15 @@ class AttentionCore(wiring.Component):
         for u, softmax in enumerate(softmaxes):
             j, row = Signal(range(lmax + 1), name=f"sm_j_{u}"), Signal(range(RU),
                                                                     name=f"sm_row_{u}")
-            f1 = Signal(name=f"sm_f1_{u}")   # read issued, data next cycle
+            # F1: read issued, the word next cycle, into a register (as the feeder's, a block
+            # RAM's output goes to a register and nothing else); F2: its lane to the unit
+            f1 = Signal(name=f"sm_f1_{u}")
+            f2 = Signal(name=f"sm_f2_{u}")
             info = Signal(data.StructLayout({"lane": unsigned(max(1, lc)), "mask": 1,
                                              "last": 1}), name=f"sm_info_{u}")
+            info2 = Signal.like(info, name=f"sm_info2_{u}")
             sm_adv = Signal(name=f"sm_adv_{u}")
-            m.d.comb += sm_adv.eq(~f1 | softmax.i_stream.ready)
+            m.d.comb += sm_adv.eq(~f2 | softmax.i_stream.ready)
             issue_sm = Signal(name=f"sm_issue_{u}")
             m.d.comb += issue_sm.eq(sm_adv & busy[u])
             s_rd = s_mem[u].read_port()
@@ -867,8 +899,9 @@ class AttentionCore(wiring.Component):
                 m.d.sync += [busy[u].eq(0), j.eq(0), row.eq(0)]
             with m.Elif(block_start):
                 m.d.sync += busy[u].eq(1)
+            s_q = Signal.like(s_rd.data, name=f"sm_word_{u}")
             with m.If(sm_adv):
-                m.d.sync += f1.eq(issue_sm)
+                m.d.sync += [f1.eq(issue_sm), f2.eq(f1), info2.eq(info), s_q.eq(s_rd.data)]
             with m.If(issue_sm):
                 m.d.sync += [info.lane.eq(j[:lc] if lc else 0), info.mask.eq(masked),
                              info.last.eq(j + 1 == L)]
@@ -879,11 +912,11 @@ class AttentionCore(wiring.Component):
                 with m.Else():
                     m.d.sync += j.eq(j + 1)
             sm_in = softmax.i_stream.payload
-            m.d.comb += [softmax.i_stream.valid.eq(f1),
-                         sm_in.score.eq(s_rd.data[info.lane]),
-                         sm_in.last.eq(info.last)]
+            m.d.comb += [softmax.i_stream.valid.eq(f2),
+                         sm_in.score.eq(s_q[info2.lane]),
+                         sm_in.last.eq(info2.last)]
             if cfg.masks:
-                m.d.comb += sm_in.mask.eq(info.mask)
+                m.d.comb += sm_in.mask.eq(info2.mask)
             beats.append(softmax.i_stream.valid & softmax.i_stream.ready)
 
             # probabilities -> the P banks of this unit's rows, counting finished blocks
