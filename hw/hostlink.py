@@ -467,24 +467,26 @@ class HostLink(wiring.Component):
             for size in sorted({r.word_bytes for r in regions}):
                 with m.Case(size):
                     m.d.comb += nbytes.eq(times_constant(count, size))
-        # The checks, registered in state DECODE so that EXEC only combines flags.
+        # The region's word size, depth and the request's byte count are registered in state
+        # SIZE, the checks on them in DECODE, so that EXEC only combines flags and no path
+        # runs from the region lookup through the byte count to a compare.
+        nb_q, depth_q, nbytes_q = Signal.like(nb), Signal.like(depth), Signal.like(nbytes)
         run_length = RUN_ARGS_OFFSET + run_arg_bytes(self.run_bits)
         checks = {
             "w_short": length < WRITE_HEADER,
             "w_tag": w_tag != self.tag,
             "w_region": (sel >= len(regions)) | ~ok_w,
-            "range": addr + count > depth,
-            "w_length": length != WRITE_HEADER + nbytes,
+            "range": addr + count > depth_q,
+            "w_length": length != WRITE_HEADER + nbytes_q,
             "w_empty": count == 0,
             "r_length": length != READ_PAYLOAD,
             "r_region": (sel >= len(regions)) | ~ok_r,
-            "r_long": nbytes > MAX_LENGTH,
+            "r_long": nbytes_q > MAX_LENGTH,
             "run_length": length != run_length,
             "run_tag": run_tag != self.tag,
             "nonempty": length != 0,
         }
         bad = {name: Signal(name=f"check_{name}") for name in checks}
-        nb_q = Signal.like(nb)
         ident_len = len(self.ident)
 
         with m.FSM():
@@ -539,7 +541,7 @@ class HostLink(wiring.Component):
                                 m.next = "CRC1"
                             else:
                                 with m.If(crc_hi_ok & (byte == crc_lo)):
-                                    m.next = "DECODE"
+                                    m.next = "SIZE"
                                 with m.Else():
                                     error(m, Status.BAD_CRC)
                     with m.Elif(timed_out):
@@ -553,11 +555,14 @@ class HostLink(wiring.Component):
                     error(m, pending)
 
             # -- check and execute ----------------------------------------------------------
+            with m.State("SIZE"):
+                m.d.sync += [nb_q.eq(nb), depth_q.eq(depth), nbytes_q.eq(nbytes)]
+                m.next = "DECODE"
             with m.State("DECODE"):
                 m.d.sync += [bad[name].eq(cond) for name, cond in checks.items()]
                 # a READ that passes its checks replies with this length (any other reply
                 # sets its own in EXEC)
-                m.d.sync += [nb_q.eq(nb), r_len.eq(nbytes)]
+                m.d.sync += r_len.eq(nbytes_q)
                 m.next = "EXEC"
             with m.State("EXEC"):
                 m.d.sync += ptr.eq(0)
