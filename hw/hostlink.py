@@ -294,6 +294,7 @@ class HostLink(wiring.Component):
         #: Names of the regions in SPRAM in the latest elaboration.
         self.spram_regions = spram_plan(single, spram_blocks(platform))
         self.memories = {}
+        on_ecp5 = is_ecp5(platform)             # no SPRAM there; deep regions in slices
         for index, region in enumerate(regions):
             core = self.region_port(region.name)
             access = self.access[region.name]
@@ -315,11 +316,11 @@ class HostLink(wiring.Component):
                              core.r_data.eq(rp.data)]
                 mem_r_data.append(rp.data)
                 continue
-            spram = region.name in self.spram_regions
-            spm = SinglePortMemory(width=region.width, depth=region.depth, spram=spram,
+            spm = SinglePortMemory(width=region.width, depth=region.depth,
+                                   spram=region.name in self.spram_regions,
                                    name=f"region_{region.name}",
-                                   slice_width=(ecp5_slice_width(region.depth)
-                                                if is_ecp5(platform) and not spram else None))
+                                   slice_width=ecp5_slice_width(region.depth) if on_ecp5
+                                   else None)
             m.submodules[f"region_{region.name}"] = spm
             if spm.memory is not None:
                 self.memories[region.name] = spm.memory
@@ -338,8 +339,7 @@ class HostLink(wiring.Component):
         # a word from (P_LOAD) after the read; with `region_registers` every region's data
         # first goes to a register of its own (P_WAIT2), so that nothing but wires follows a
         # block RAM's output.
-        registered = (is_ecp5(platform) if self.region_registers is None
-                      else self.region_registers)
+        registered = on_ecp5 if self.region_registers is None else self.region_registers
         mem_r_q = mem_r_data
         if registered:
             mem_r_q = [Signal(len(rdata), name=f"link_r_{region.name}")
