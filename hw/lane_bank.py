@@ -1,0 +1,150 @@
+"""A buffer written a row of lanes at a time and read one lane at a time.
+
+The array takes one value per row (``a``) or column (``b``) and cycle, but the attention core's
+results, and the layer input, arrive a row of ``C`` channels (lanes) at a time. A buffer that
+stores whole rows has to be read a whole row at a time too, and on an 8×8 ECP5 array the
+X/Q and K banks sent 2,048 bits a cycle across the die to multiplexers that kept 256 of them:
+the device did not route. :class:`LaneBank` stores one value per address (lane ``l`` of word
+``w`` at ``w * lanes + l``), so a read returns only the value used, and a bank's block RAMs are
+used to their depth instead of their width. The price is the writes: one value a
+cycle, either straight from the writer (``d_*``, ahead of everything else) or from a queue of
+whole rows (``w_stream``), one lane a cycle.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Module, Shape, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+__all__ = ["LaneBank", "row_layout"]
+
+
+def row_layout(lanes: int, shape, words: int) -> data.StructLayout:
+    """A row written into a :class:`LaneBank`: ``word`` (its address in rows), ``data`` (one
+    value per lane), ``mask`` (the lanes to write) and ``tag`` (reported by ``tag_done`` once
+    the row is in the memory)."""
+    return data.StructLayout({
+        "word": unsigned(max(1, ceil_log2(words))),
+        "data": data.ArrayLayout(shape, lanes),
+        "mask": unsigned(lanes),
+        "tag": 1,
+    })
+
+
+class LaneBank(wiring.Component):
+    """``words`` rows of ``lanes`` values of ``shape``, written by rows, read by values.
+
+    Parameters
+    ----------
+    lanes : int
+        Values per row (a power of two).
+    shape : shape-like
+        Shape of one value.
+    words : int
+        Rows the bank holds.
+    queue_depth : int
+        Rows the write queue holds (not used when ``lanes == 1``; ``0``: no queue, only
+        ``d_*`` writes). A row takes one cycle per lane up to its last masked one, so a writer
+        that sends bursts of ``n`` rows to one bank and then leaves it alone long enough runs
+        at full speed with ``queue_depth >= n``.
+    attrs : dict or None
+        Attributes of the memory (e.g. ``ram_style``).
+
+    Members
+    -------
+    w_stream : In(stream.Signature(row_layout(...)))
+        Rows to write. The lanes set in ``mask`` of a row go to addresses
+        ``word * lanes + l``, in order, one a cycle; a row with no lane set takes a cycle and
+        writes nothing. With ``lanes == 1`` the row is written in the cycle it is offered
+        (``ready`` is high unless ``d_en`` is).
+    d_addr, d_data, d_en :
+        One value written directly at value address ``d_addr`` while ``d_en`` is high, ahead
+        of the queue: the queue's row waits that cycle.
+    r_addr, r_en, r_data :
+        The read port (``amaranth.lib.memory`` semantics: ``r_data`` is the value at the
+        ``r_addr`` of the last cycle ``r_en`` was high, not transparent for the writes).
+    idle : Out(1)
+        No row is queued or being written. Every row taken before this cycle is in the memory.
+    tag_done : Out(1)
+        The last lane of a row with ``tag`` set is written this cycle (reads from the next
+        cycle on return it).
+    """
+
+    def __init__(self, *, lanes: int, shape, words: int, queue_depth: int = 2, attrs=None):
+        if not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1):
+            raise ValueError(f"lanes must be a power of two, not {lanes!r}")
+        if not isinstance(words, int) or words < 1:
+            raise ValueError(f"words must be a positive integer, not {words!r}")
+        if not isinstance(queue_depth, int) or queue_depth < 0:
+            raise ValueError(f"queue_depth must be a non-negative integer, not "
+                             f"{queue_depth!r}")
+        self.lanes, self.shape, self.words = lanes, Shape.cast(shape), words
+        self.queue_depth, self.attrs = queue_depth, attrs
+        self.depth = words * lanes
+        super().__init__({
+            "w_stream": In(stream.Signature(row_layout(lanes, shape, words))),
+            "r_addr": In(range(max(self.depth, 2))),
+            "r_en": In(1),
+            "r_data": Out(shape),
+            "d_addr": In(range(max(self.depth, 2))),
+            "d_data": In(shape),
+            "d_en": In(1),
+            "idle": Out(1),
+            "tag_done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, ll = self.lanes, ceil_log2(self.lanes)
+        m.submodules.memory = memory = Memory(shape=self.shape, depth=max(self.depth, 2),
+                                              init=[], attrs=self.attrs)
+        rd = memory.read_port()
+        wr = memory.write_port()
+        m.d.comb += [rd.addr.eq(self.r_addr), rd.en.eq(self.r_en), self.r_data.eq(rd.data)]
+        row = self.w_stream.payload
+        # direct writes first; the queue's writes (below) only in cycles without one
+        m.d.comb += [wr.addr.eq(self.d_addr), wr.data.eq(self.d_data), wr.en.eq(self.d_en)]
+
+        if self.queue_depth == 0:
+            m.d.comb += self.idle.eq(1)
+            return m
+        if lanes == 1:
+            take = Signal()
+            m.d.comb += [self.w_stream.ready.eq(~self.d_en), self.idle.eq(1),
+                         take.eq(self.w_stream.valid & ~self.d_en),
+                         self.tag_done.eq(take & row.tag)]
+            with m.If(~self.d_en):
+                m.d.comb += [wr.addr.eq(row.word), wr.data.eq(row.data[0]),
+                             wr.en.eq(take & row.mask[0])]
+            return m
+
+        layout = row_layout(lanes, self.shape, self.words)
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
+                                                           depth=self.queue_depth)
+        m.d.comb += [queue.w_data.eq(row.as_value()), queue.w_en.eq(self.w_stream.valid),
+                     self.w_stream.ready.eq(queue.w_rdy)]
+        head = data.View(layout, queue.r_data)
+
+        # The row at the head of the queue is written lane `lane` by lane, straight from the
+        # queue's output register, and leaves with its last masked lane.
+        lane = Signal(ll)
+        write = Signal()             # the head row's lane `lane` goes this cycle
+        later = Signal()             # a masked lane after `lane`
+        final = Signal()             # this cycle writes the row's last masked lane
+        m.d.comb += [write.eq(queue.r_rdy & ~self.d_en),
+                     later.eq(Cat(head.mask[i] & (lane < i) for i in range(lanes)).any()),
+                     final.eq(write & ~later),
+                     queue.r_en.eq(final),
+                     self.tag_done.eq(final & head.tag),
+                     self.idle.eq(queue.level == 0)]
+        with m.If(~self.d_en):
+            m.d.comb += [wr.addr.eq(Cat(lane, head.word)), wr.data.eq(head.data[lane]),
+                         wr.en.eq(write & head.mask.bit_select(lane, 1))]
+        with m.If(final):
+            m.d.sync += lane.eq(0)
+        with m.Elif(write):
+            m.d.sync += lane.eq(lane + 1)
+        return m

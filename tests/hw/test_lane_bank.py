@@ -1,0 +1,173 @@
+# amaranth: UnusedElaboratable=no
+"""hw/lane_bank.py: rows written through the queue land lane by lane where a model of the
+memory puts them; ``idle``, ``tag_done`` and the write rate keep their promises."""
+
+import random
+
+import pytest
+from amaranth import signed
+
+from hw.lane_bank import LaneBank
+from sim.amaranth_sim import run_simulation
+
+
+def _plan(lanes, rows, rng):
+    """Random rows. Untagged rows share words 0..3 (they overwrite each other); tagged rows get
+    words of their own, so their values stay until the end."""
+    plan, fresh = [], 4
+    for i in range(rows):
+        tag = int(rng.random() < 0.4)
+        mask = (1 << lanes) - 1 if i % 4 == 0 else rng.randrange(1 << lanes)
+        if tag:
+            mask |= 1      # a tagged row writes at least lane 0
+            word, fresh = fresh, fresh + 1
+        else:
+            word = rng.randrange(4)
+        plan.append({"word": word, "data": [rng.randrange(-128, 128) for _ in range(lanes)],
+                     "mask": mask, "tag": tag})
+    return plan, fresh
+
+
+def _model(rows, lanes, model=None):
+    """Address -> value after ``rows`` (in order) wrote their masked lanes over ``model``."""
+    model = dict(model or {})
+    for row in rows:
+        for lane in range(lanes):
+            if row["mask"] >> lane & 1:
+                model[row["word"] * lanes + lane] = row["data"][lane]
+    return model
+
+
+async def _check_memory(ctx, dut, model):
+    """Read every address of ``model`` through the read port and compare."""
+    for addr, value in sorted(model.items()):
+        ctx.set(dut.r_addr, addr)
+        ctx.set(dut.r_en, 1)
+        await ctx.tick()
+        got = ctx.get(dut.r_data)
+        assert got == value, f"address {addr}: read {got}, the last write was {value}"
+
+
+@pytest.mark.parametrize("lanes,queue_depth", [(1, 2), (4, 2), (8, 3)])
+def test_rows_land_in_order(lanes, queue_depth):
+    """Random rows with random gaps. After each ``tag_done`` the tagged row is readable from
+    the next cycle; once ``idle`` every address holds what the last row to write it wrote."""
+    rng = random.Random(lanes)
+    plan, words = _plan(lanes, 80, rng)
+    dut = LaneBank(lanes=lanes, shape=signed(8), words=words, queue_depth=queue_depth)
+    state = {"offered": False}
+
+    async def writer(ctx):
+        for row in plan:
+            while rng.random() < 0.3:
+                await ctx.tick()
+            ctx.set(dut.w_stream.payload, row)
+            ctx.set(dut.w_stream.valid, 1)
+            await ctx.tick().until(dut.w_stream.ready)
+            ctx.set(dut.w_stream.valid, 0)
+        state["offered"] = True
+
+    async def reader(ctx):
+        # one read a cycle: the row whose tag_done came last cycle, checked the cycle after
+        tagged = iter(row for row in plan if row["tag"])
+        seen, due, expect = 0, None, None
+        while not (state["offered"] and ctx.get(dut.idle) and due is None and expect is None):
+            if expect is not None:
+                got = ctx.get(dut.r_data)
+                assert got == expect[1], f"tagged row {expect[0]}: read {got} the cycle " \
+                                         f"after tag_done, wrote {expect[1]}"
+                expect = None
+            if due is not None:
+                ctx.set(dut.r_addr, due[1])
+                ctx.set(dut.r_en, 1)
+                expect, due = (due[0], due[2]), None
+            else:
+                ctx.set(dut.r_en, 0)
+            if ctx.get(dut.tag_done):
+                row = next(tagged)
+                last = max(lane for lane in range(lanes) if row["mask"] >> lane & 1)
+                due = (seen, row["word"] * lanes + last, row["data"][last])
+                seen += 1
+            await ctx.tick()
+        assert seen == sum(row["tag"] for row in plan), \
+            f"{seen} tag_done pulses for {sum(row['tag'] for row in plan)} tagged rows"
+        await _check_memory(ctx, dut, _model(plan, lanes))
+
+    run_simulation(dut, lambda: [writer, reader], f"lane_bank_{lanes}",
+                   deadline_cycles=40 * len(plan) * lanes)
+
+
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_burst_rate(lanes):
+    """A burst of ``queue_depth`` full rows is taken in as many cycles, and the bank writes one
+    lane a cycle: idle again ``rows * lanes`` cycles later, plus the queue's latency."""
+    depth = 3
+    dut = LaneBank(lanes=lanes, shape=signed(8), words=8, queue_depth=depth)
+
+    async def bench(ctx):
+        cycles = 0              # from the cycle the first row is offered
+        for i in range(depth):
+            ctx.set(dut.w_stream.payload, {"word": i, "data": [i] * lanes,
+                                           "mask": (1 << lanes) - 1, "tag": 0})
+            ctx.set(dut.w_stream.valid, 1)
+            assert ctx.get(dut.w_stream.ready), f"row {i} of the burst waited"
+            await ctx.tick()
+            cycles += 1
+        ctx.set(dut.w_stream.valid, 0)
+        while not ctx.get(dut.idle):
+            await ctx.tick()
+            cycles += 1
+        assert depth * lanes <= cycles <= depth * lanes + 2, \
+            f"{depth} rows of {lanes} lanes took {cycles} cycles to write"
+
+    run_simulation(dut, lambda: [bench], f"lane_bank_rate_{lanes}", deadline_cycles=200)
+
+
+def test_bad_parameters():
+    with pytest.raises(ValueError, match="lanes must be a power of two"):
+        LaneBank(lanes=3, shape=8, words=4)
+    with pytest.raises(ValueError, match="words must be a positive integer"):
+        LaneBank(lanes=2, shape=8, words=0)
+    with pytest.raises(ValueError, match="queue_depth must be a non-negative integer"):
+        LaneBank(lanes=2, shape=8, words=4, queue_depth=-1)
+
+
+@pytest.mark.parametrize("lanes,queue_depth", [(1, 2), (4, 2), (4, 0)])
+def test_direct_writes_go_first(lanes, queue_depth):
+    """Direct writes (``d_*``) land in their cycle; queued rows wait for the cycles without
+    one and still all land. Direct writes use words 0..7, rows words 8..15."""
+    rng = random.Random(7 + lanes)
+    words = 16
+    dut = LaneBank(lanes=lanes, shape=signed(8), words=words, queue_depth=queue_depth)
+    rows = [] if queue_depth == 0 else [
+        {"word": 8 + rng.randrange(8), "data": [rng.randrange(-128, 128) for _ in range(lanes)],
+         "mask": (1 << lanes) - 1, "tag": 0} for _ in range(20)]
+    direct = [(rng.randrange(8 * lanes), rng.randrange(-128, 128)) if rng.random() < 0.6
+              else None for _ in range(120)]
+    state = {"offered": not rows}
+
+    async def rows_in(ctx):
+        for row in rows:
+            ctx.set(dut.w_stream.payload, row)
+            ctx.set(dut.w_stream.valid, 1)
+            await ctx.tick().until(dut.w_stream.ready)
+            ctx.set(dut.w_stream.valid, 0)
+        state["offered"] = True
+
+    async def direct_in(ctx):
+        for item in direct:
+            if item is None:
+                ctx.set(dut.d_en, 0)
+            else:
+                ctx.set(dut.d_addr, item[0])
+                ctx.set(dut.d_data, item[1])
+                ctx.set(dut.d_en, 1)
+            await ctx.tick()
+        ctx.set(dut.d_en, 0)
+        while not (state["offered"] and ctx.get(dut.idle)):
+            await ctx.tick()
+        direct_model = {item[0]: item[1] for item in direct if item is not None}
+        await _check_memory(ctx, dut, _model(rows, lanes, direct_model))
+
+    run_simulation(dut, lambda: [rows_in, direct_in], f"lane_bank_direct_{lanes}_{queue_depth}",
+                   deadline_cycles=2000)
