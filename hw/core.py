@@ -22,8 +22,10 @@ Schedule of one run (``L x D``, ``H`` heads of ``d``, array ``R x C``; counts in
 Stream formats and orders: :mod:`hw.core_io`. Buffers (``amaranth.lib.memory``): X, Q and the
 concatenated head outputs in ``R`` banks (token mod R), K in ``C`` banks (token mod C), V in
 one memory, each word holding ``C`` channels of one token with the channels of each head
-starting on a word boundary; scores (2 slots of ``R x L``), P (``R`` banks of 2 slots of
-``L``), one tile of weights (``D`` words), the constants (one word per tile).
+starting on a word boundary (the X/Q and K banks are :class:`hw.lane_bank.LaneBank`: written a
+word at a time through a queue, one lane a cycle, and read one lane at a time); scores (2 slots
+of ``R x L``), P (``R`` banks of 2 slots of ``L``), one tile of weights (``D`` words), the
+constants (one word per tile).
 
 The array and the softmax are never given a beat they cannot take, so valid/ready stalls on any
 stream only pause the core. Rows and columns of a tile past ``L``, ``D`` or ``d`` are fed
@@ -40,6 +42,7 @@ from amaranth.lib.wiring import In, Out
 from .core_io import lanes_layout, param_layout, run_args_layout
 from .dsp import ice40_mac16, mac16_blocks, times_constant
 from .fifo import BlockRAMFIFO
+from .lane_bank import LaneBank
 from .requant import Requantizer, sum_width
 from .softmax import Softmax
 from .systolic import SystolicArray
@@ -242,10 +245,19 @@ class AttentionCore(wiring.Component):
         # projections) at words [0, q_base), Q at [q_base, 2 q_base). The projections read X
         # and attention reads Q, never both at once, so one read port per bank serves both and
         # a bank fills its block RAM twice as far (the ECP5 ulx3s core did not fit otherwise).
-        xq_lanes = data.ArrayLayout(signed(max(cfg.x_bits, cfg.head_bits, cfg.qkv_bits)), C)
+        # These banks and K's are read one value at a time (:class:`hw.lane_bank.LaneBank`).
+        # The writer writes its rows into them itself, a lane a cycle on one narrow bus; X rows
+        # arrive C lanes at once and go through a queue per bank. X loads send a token's words
+        # to one bank back to back, so that queue holds a token (`stride` rows).
+        xq_shape = signed(max(cfg.x_bits, cfg.head_bits, cfg.qkv_bits))
         q_base = _ceil_div(lmax, R) * stride
-        xq_mem = [mem(f"xq_{r}", xq_lanes, 2 * q_base) for r in range(R)]
-        k_mem = [mem(f"k_{c}", qkv_lanes, _ceil_div(lmax, C) * stride) for c in range(C)]
+        xq_bank = [LaneBank(lanes=C, shape=xq_shape, words=2 * q_base, queue_depth=stride)
+                   for r in range(R)]
+        k_bank = [LaneBank(lanes=C, shape=signed(cfg.qkv_bits),
+                           words=_ceil_div(lmax, C) * stride, queue_depth=0) for c in range(C)]
+        for name, banks in (("xq", xq_bank), ("k", k_bank)):
+            for i, bank in enumerate(banks):
+                m.submodules[f"{name}_{i}"] = bank
         v_mem = mem("v", qkv_lanes, lmax * stride)
 
         def at(block, word):
@@ -283,6 +295,10 @@ class AttentionCore(wiring.Component):
         tile_retired = Signal()
         m.d.sync += outstanding.eq(outstanding + tile_issued - tile_retired)
         out_done = Signal()                 # last output beat left
+        # every row the writer sent to the X/Q and K banks is in them (the next phase reads
+        # them); a row is in a bank's queue from the cycle after the writer takes it
+        banks_idle = Signal()
+        m.d.comb += banks_idle.eq(Cat(bank.idle for bank in xq_bank + k_bank).all())
         m.d.comb += self.busy.eq(running)
 
         # phase flags driven by the FSM
@@ -298,7 +314,7 @@ class AttentionCore(wiring.Component):
         lp_idx = Signal(range(self.max_tiles))
         lp_half = Signal()                 # head params: score (0) / P.V (1)
         lx_tok, lx_w = Signal(range(lmax + 1)), Signal(range(dmax))
-        x_loaded = Signal()                # every token of X is in its buffer
+        x_loaded = Signal()                # every token of X is taken from x_stream
 
         with m.FSM(name="phase"):
             with m.State("IDLE"):
@@ -342,11 +358,11 @@ class AttentionCore(wiring.Component):
                                     m.d.sync += lp_h.eq(lp_h + 1)
             with m.State("PROJ"):
                 m.d.comb += phase_proj.eq(1)
-                with m.If(proj_done & (outstanding == 0) & ~tile_issued):
+                with m.If(proj_done & (outstanding == 0) & ~tile_issued & banks_idle):
                     m.next = "ATT"
             with m.State("ATT"):
                 m.d.comb += phase_att.eq(1)
-                with m.If(att_done & (outstanding == 0) & ~tile_issued):
+                with m.If(att_done & (outstanding == 0) & ~tile_issued & banks_idle):
                     m.next = "OUT"
             with m.State("OUT"):
                 m.d.comb += phase_out.eq(1)
@@ -359,11 +375,12 @@ class AttentionCore(wiring.Component):
         with m.If(~running):
             m.d.sync += x_loaded.eq(0)
         m.d.comb += load_x.eq(phase_proj & ~x_loaded)
-        # Q results and X loads share the banks' write ports: a Q row being written holds the
-        # X stream for that cycle.
-        q_write = Signal()
+        # X rows go through each bank's queue; the writer's values go straight in, ahead of it.
         x_take = Signal()
-        m.d.comb += x_take.eq(load_x & self.x_stream.valid & ~q_write)
+        x_bank = lx_tok[:lr] if lr else 0      # the bank of the token being loaded
+        x_room = Signal()
+        m.d.comb += [x_room.eq(Cat(b.w_stream.ready for b in xq_bank).bit_select(x_bank, 1)),
+                     x_take.eq(load_x & self.x_stream.valid & x_room)]
         with m.If(x_take):
             with m.If(lx_w + 1 == wpd):
                 m.d.sync += [lx_w.eq(0), lx_tok.eq(lx_tok + 1)]
@@ -372,7 +389,7 @@ class AttentionCore(wiring.Component):
             with m.Else():
                 m.d.sync += lx_w.eq(lx_w + 1)
         m.d.comb += [self.p_stream.ready.eq(load_p),
-                     self.x_stream.ready.eq(load_x & ~q_write)]
+                     self.x_stream.ready.eq(load_x & x_room)]
         wp = c_mem.write_port()
         m.d.comb += [wp.addr.eq(lp_idx), wp.data.eq(self.p_stream.payload),
                      wp.en.eq(load_p & self.p_stream.valid & (lp_stage != 2))]
@@ -381,14 +398,16 @@ class AttentionCore(wiring.Component):
                      hwp.data.mult.eq(self.p_stream.payload.mult[0]),
                      hwp.data.shift.eq(self.p_stream.payload.shift[0]),
                      hwp.en.eq(load_p & self.p_stream.valid & (lp_stage == 2))]
-        xq_wr = [xq_mem[r].write_port(granularity=1) for r in range(R)]
+        xq_wr = [bank.w_stream for bank in xq_bank]
         for r in range(R):
-            with m.If(load_x & ~q_write):
-                m.d.comb += [xq_wr[r].addr.eq(at(lx_tok >> lr, lx_w)),
-                             xq_wr[r].en.eq(Mux(x_take & ((lx_tok[:lr] == r) if lr else 1),
-                                                (1 << C) - 1, 0))]
+            with m.If(load_x):
+                # the tag marks a token's last word: `x_tokens` counts them as they land
+                m.d.comb += [xq_wr[r].valid.eq(x_take & (x_bank == r)),
+                             xq_wr[r].payload.word.eq(at(lx_tok >> lr, lx_w)),
+                             xq_wr[r].payload.mask.eq((1 << C) - 1),
+                             xq_wr[r].payload.tag.eq(lx_w + 1 == wpd)]
                 for c in range(C):
-                    m.d.comb += xq_wr[r].data[c].eq(self.x_stream.payload[c])
+                    m.d.comb += xq_wr[r].payload.data[c].eq(self.x_stream.payload[c])
 
         # ---- feeder: array operations --------------------------------------------------
         # F0: counters -> memory addresses (issue); F1: memory data -> registers (a block RAM's
@@ -469,8 +488,25 @@ class AttentionCore(wiring.Component):
         #   a cycle, which only happens while X is still arriving.
         # - `desc_room`: a first beat may push one more descriptor. Last cycle's count plus
         #   the descriptor pushed since (at most one a cycle) leaves the room needed.
+        #   With C > 1 a token is in once its bank wrote its last word (`x_tokens`), and all
+        #   of X once the banks are idle after the last word was taken (`x_in`).
         x_ready, desc_room = Signal(), Signal()
-        m.d.sync += [x_ready.eq(x_loaded | ((lx_tok >= ((rb + 1) << lr)) & ~(issue & last))),
+        if C == 1:
+            block_in = lx_tok >= ((rb + 1) << lr)
+            x_in = x_loaded
+        else:
+            x_tokens = [Signal(range(_ceil_div(lmax, R) + 1), name=f"x_tokens_{r}")
+                        for r in range(R)]
+            x_in = Signal()
+            with m.If(~running):
+                m.d.sync += [x_in.eq(0)] + [t.eq(0) for t in x_tokens]
+            with m.Else():
+                m.d.sync += x_in.eq(x_in | (x_loaded & Cat(b.idle for b in xq_bank).all()))
+                for t, bank in zip(x_tokens, xq_bank):
+                    with m.If(bank.tag_done):
+                        m.d.sync += t.eq(t + 1)
+            block_in = Cat(t > rb for t in x_tokens).all()
+        m.d.sync += [x_ready.eq(x_in | (block_in & ~(issue & last))),
                      desc_room.eq(desc.level + pend < desc_depth - 2)]
         m.d.comb += can_issue.eq(adv & (cur_op != 7) & (~first | desc_room)
                                  & ((cur_op != _PROJ) | x_ready)
@@ -631,14 +667,14 @@ class AttentionCore(wiring.Component):
 
         # memory reads for the beat being issued (data valid in F1)
         f1 = Signal(data.StructLayout({
-            "op": unsigned(2), "lane": unsigned(max(1, lc)), "rows": unsigned(R),
+            "op": unsigned(2), "rows": unsigned(R),
             "cols": unsigned(C), "first": 1, "last": 1, "wsrc": 1,
         }))
         f1_w = Signal(lanes_layout(cfg, cfg.w_bits))
         with m.If(adv):
             m.d.sync += [f1_valid.eq(issue), f2_valid.eq(f1_valid)]
         with m.If(issue):
-            m.d.sync += [f1.op.eq(cur_op[:2]), f1.lane.eq(k_lane), f1.rows.eq(row_mask),
+            m.d.sync += [f1.op.eq(cur_op[:2]), f1.rows.eq(row_mask),
                          f1.first.eq(first), f1.last.eq(last), f1.wsrc.eq(want_w),
                          f1.cols.eq(col_mask)]
             with m.If(want_w):
@@ -650,32 +686,31 @@ class AttentionCore(wiring.Component):
         wb_r = w_mem.read_port(transparent_for=(wb_w,))
         m.d.comb += [wb_r.addr.eq(k), wb_r.en.eq(adv)]
 
-        xq_rd = [xq_mem[r].read_port() for r in range(R)]
         p_rd = [p_mem[r].read_port() for r in range(R)]
-        k_rd = [k_mem[c].read_port() for c in range(C)]
         v_rd = v_mem.read_port()
         for r in range(R):
             m.d.comb += [
-                xq_rd[r].addr.eq(a_base + k_word),
-                xq_rd[r].en.eq(adv),
+                xq_bank[r].r_addr.eq(Cat(k_lane[:lc], a_base + k_word)),
+                xq_bank[r].r_en.eq(adv),
                 p_rd[r].addr.eq(Cat(k[:tok_bits], pv_n[0])), p_rd[r].en.eq(adv),
             ]
         for c in range(C):
-            m.d.comb += [k_rd[c].addr.eq(k_base + k_word),
-                         k_rd[c].en.eq(adv)]
+            m.d.comb += [k_bank[c].r_addr.eq(Cat(k_lane[:lc], k_base + k_word)),
+                         k_bank[c].r_en.eq(adv)]
         m.d.comb += [v_rd.addr.eq(at(k, pv_base + blk)),
                      v_rd.en.eq(adv)]
 
         # F1: the memories' words into registers
         f2 = Signal.like(f1)
-        xq_q = [Signal.like(xq_rd[r].data, name=f"xq_q_{r}") for r in range(R)]
+        xq_q = [Signal.like(xq_bank[r].r_data, name=f"xq_q_{r}") for r in range(R)]
         p_q = [Signal.like(p_rd[r].data, name=f"p_q_{r}") for r in range(R)]
-        k_q = [Signal.like(k_rd[c].data, name=f"k_q_{c}") for c in range(C)]
+        k_q = [Signal.like(k_bank[c].r_data, name=f"k_q_{c}") for c in range(C)]
         v_q, wb_q, f2_w = Signal.like(v_rd.data), Signal.like(wb_r.data), Signal.like(f1_w)
         with m.If(adv):
             m.d.sync += [f2.eq(f1), v_q.eq(v_rd.data), wb_q.eq(wb_r.data), f2_w.eq(f1_w)]
-            m.d.sync += [q.eq(port.data) for q, port in zip(xq_q + p_q + k_q,
-                                                              xq_rd + p_rd + k_rd)]
+            m.d.sync += [q.eq(word) for q, word in zip(
+                xq_q + p_q + k_q, [b.r_data for b in xq_bank] + [port.data for port in p_rd]
+                + [b.r_data for b in k_bank])]
 
         # F2: assemble the array beat
         beat = array.i_stream.payload
@@ -684,7 +719,7 @@ class AttentionCore(wiring.Component):
         for r in range(R):
             # X / head outputs (projections, output) or Q (scores) from the shared bank, P (PV)
             a = Signal(signed(cfg.a_bits), name=f"a_{r}")
-            m.d.comb += [a.eq(Mux(f2.op == _PV, p_q[r], xq_q[r][f2.lane])),
+            m.d.comb += [a.eq(Mux(f2.op == _PV, p_q[r], xq_q[r])),
                          beat.a[r].eq(Mux(f2.rows[r], a, 0))]
         for c in range(C):
             b = Signal(signed(cfg.b_bits), name=f"b_{c}")
@@ -692,7 +727,7 @@ class AttentionCore(wiring.Component):
                 with m.Case(_PROJ, _OUT):
                     m.d.comb += b.eq(Mux(f2.wsrc, f2_w[c], wb_q[c]))
                 with m.Case(_S):
-                    m.d.comb += b.eq(k_q[c][f2.lane])
+                    m.d.comb += b.eq(k_q[c])
                 with m.Case(_PV):
                     m.d.comb += b.eq(v_q[c])
             m.d.comb += beat.b[c].eq(Mux(f2.cols[c], b, 0))
@@ -741,8 +776,15 @@ class AttentionCore(wiring.Component):
         m.submodules.rows = rows_q = BlockRAMFIFO(width=ctrl_layout.size, depth=4)
         row = Signal(range(R))
         into_rq = Signal()
+        # With C > 1 a row for the X/Q or K banks takes a cycle per lane. So that this never
+        # freezes the requantizers (a clock enable on their ~400 flip-flops each, from the end
+        # of a long handshake), their rows go into a queue of `res_depth` rows, and a row enters
+        # them only while that queue has room for every row already inside (`credit`).
+        queued_results = C > 1
+        res_depth = 8
+        credit_ok = Signal(init=1)
         for g, unit in enumerate(rqs):
-            m.d.comb += [unit.i_stream.valid.eq(array.o_stream.valid & rows_q.w_rdy),
+            m.d.comb += [unit.i_stream.valid.eq(array.o_stream.valid & rows_q.w_rdy & credit_ok),
                          unit.i_stream.payload.last.eq(array.o_stream.payload.last)]
             for i in range(per):
                 m.d.comb += unit.i_stream.payload.acc[i].eq(
@@ -765,41 +807,69 @@ class AttentionCore(wiring.Component):
             row_in.valid.eq(row_in.token < L),
         ]
 
-        # gather the requantizer's values into rows, clamp to the stage's width
+        # gather the requantizer's values into rows (`res`, with its `ctrl`), clamp to the
+        # stage's width
+        res_layout = data.ArrayLayout(signed(rq_bits), C)
         lane = Signal(range(per))
-        gathered = Signal(data.ArrayLayout(signed(rq_bits), C))
-        res = Signal(data.ArrayLayout(signed(rq_bits), C))
+        gathered = Signal(res_layout)
         res_valid = Signal()
-        ctrl = Signal(ctrl_layout)
         retire = Signal()
-        for unit in rqs:
-            m.d.comb += unit.o_stream.ready.eq(~res_valid | retire)
-        took_v = Signal()
-        m.d.comb += took_v.eq(rq.o_stream.valid & rq.o_stream.ready)
-        with m.If(retire):
-            m.d.sync += res_valid.eq(0)
+        took_v, row_out = Signal(), Signal()
+        m.d.comb += [took_v.eq(rq.o_stream.valid & rq.o_stream.ready),
+                     row_out.eq(took_v & (lane == per - 1)),
+                     rows_q.r_en.eq(row_out)]
+        row_vals = Cat(*(gathered[g * per + i] if i < per - 1 else unit.o_stream.payload.value
+                         for g, unit in enumerate(rqs) for i in range(per)))
         with m.If(took_v):
             m.d.sync += lane.eq(Mux(lane == per - 1, 0, lane + 1))
             for i in range(per - 1):
                 with m.If(lane == i):
                     m.d.sync += [gathered[g * per + i].eq(unit.o_stream.payload.value)
                                  for g, unit in enumerate(rqs)]
-            with m.If(lane == per - 1):
-                m.d.sync += [res_valid.eq(1), ctrl.eq(rows_q.r_data)]
-                for g, unit in enumerate(rqs):
-                    for i in range(per - 1):
-                        m.d.sync += res[g * per + i].eq(gathered[g * per + i])
-                    m.d.sync += res[g * per + per - 1].eq(unit.o_stream.payload.value)
-        m.d.comb += rows_q.r_en.eq(took_v & (lane == per - 1))
+        if queued_results:
+            m.submodules.results = results = fifo.SyncFIFOBuffered(
+                width=res_layout.size + ctrl_layout.size, depth=res_depth)
+            credit = Signal(range(res_depth + 1))       # rows in the requantizers or queued
+            m.d.sync += credit.eq(credit + into_rq - retire)
+            m.d.comb += [credit_ok.eq(credit < res_depth),
+                         results.w_en.eq(row_out),
+                         results.w_data.eq(Cat(row_vals, rows_q.r_data)),
+                         results.r_en.eq(retire), res_valid.eq(results.r_rdy)]
+            res = data.View(res_layout, results.r_data[:res_layout.size])
+            ctrl = data.View(ctrl_layout, results.r_data[res_layout.size:])
+            for unit in rqs:
+                m.d.comb += unit.o_stream.ready.eq(1)
+        else:
+            res, ctrl = Signal(res_layout), Signal(ctrl_layout)
+            for unit in rqs:
+                m.d.comb += unit.o_stream.ready.eq(~res_valid | retire)
+            with m.If(retire):
+                m.d.sync += res_valid.eq(0)
+            with m.If(row_out):
+                m.d.sync += [res_valid.eq(1), ctrl.eq(rows_q.r_data), res.eq(row_vals)]
 
         token = ctrl.token
         valid_row = Signal()
         m.d.comb += valid_row.eq(ctrl.valid)
         is_out = Signal()
         m.d.comb += is_out.eq(ctrl.op == _OUT)
+        # A row for the X/Q or K banks is written a lane a cycle (`wl`), up to its last column,
+        # and retires with that lane.
+        to_xq, to_k, lanes_left = Signal(), Signal(), Signal()
+        wl = Signal(max(1, lc))
+        m.d.comb += [
+            to_xq.eq(valid_row & (((ctrl.op == _PROJ) & (ctrl.target == 0))
+                                  | (ctrl.op == _PV))),
+            to_k.eq(valid_row & (ctrl.op == _PROJ) & (ctrl.target == 1)),
+            lanes_left.eq((to_xq | to_k)
+                          & Cat(ctrl.cols[i] & (wl < i) for i in range(C)).any()),
+        ]
+        if lc:
+            with m.If(res_valid & (to_xq | to_k)):
+                m.d.sync += wl.eq(Mux(lanes_left, wl + 1, 0))
         m.d.comb += [
             self.o_stream.valid.eq(res_valid & is_out & valid_row),
-            retire.eq(res_valid & (~is_out | ~valid_row | self.o_stream.ready)),
+            retire.eq(res_valid & ~lanes_left & (~is_out | ~valid_row | self.o_stream.ready)),
             tile_retired.eq(retire & (ctrl.row == R - 1)),
             self.o_stream.payload.last.eq(ctrl.run_last & (token + 1 == L)),
         ]
@@ -816,26 +886,25 @@ class AttentionCore(wiring.Component):
                 Mux(ctrl.cols[c], clamp(res[c], cfg.y_bits).as_signed(), 0))
 
         wr = retire & valid_row
-        m.d.comb += q_write.eq(wr & (ctrl.op == _PROJ) & (ctrl.target == 0))
+        # lane `wl` of a row for the X/Q or K banks, clamped to its stage's width, to its bank
+        value = Signal(signed(rq_bits))
+        m.d.comb += value.eq(res[wl] if lc else res[0])
+        qkv_value = clamp(value, cfg.qkv_bits).as_signed()
+        xq_value = Mux(ctrl.op == _PV, clamp(value, cfg.head_bits).as_signed(), qkv_value)
+        lane_write = Signal()
+        m.d.comb += lane_write.eq(res_valid & (ctrl.cols.bit_select(wl, 1) if lc
+                                               else ctrl.cols[0]))
+        xq_word = at(token >> lr, ctrl.hword) + Mux(ctrl.op == _PROJ, q_base, 0)
         for r in range(R):
-            port = xq_wr[r]
             mine = (token[:lr] == r) if lr else 1
-            with m.If(q_write):
-                m.d.comb += [port.addr.eq(at(token >> lr, ctrl.hword) + q_base),
-                             port.en.eq(Mux(mine, ctrl.cols, 0))]
-                for c in range(C):
-                    m.d.comb += port.data[c].eq(clamp(res[c], cfg.qkv_bits).as_signed())
-            with m.Elif(~load_x):
-                m.d.comb += [port.addr.eq(at(token >> lr, ctrl.hword)),
-                             port.en.eq(Mux(wr & (ctrl.op == _PV) & mine, ctrl.cols, 0))]
-                for c in range(C):
-                    m.d.comb += port.data[c].eq(clamp(res[c], cfg.head_bits).as_signed())
+            m.d.comb += [xq_bank[r].d_addr.eq(Cat(wl[:lc], xq_word)),
+                         xq_bank[r].d_data.eq(xq_value),
+                         xq_bank[r].d_en.eq(lane_write & to_xq & mine)]
         for c in range(C):
-            port = k_mem[c].write_port(granularity=1)
-            m.d.comb += [port.addr.eq(at(token >> lc, ctrl.hword)),
-                         port.data.eq(lanes_of(cfg.qkv_bits)),
-                         port.en.eq(Mux(wr & (ctrl.op == _PROJ) & (ctrl.target == 1)
-                                        & ((token[:lc] == c) if lc else 1), ctrl.cols, 0))]
+            mine = (token[:lc] == c) if lc else 1
+            m.d.comb += [k_bank[c].d_addr.eq(Cat(wl[:lc], at(token >> lc, ctrl.hword))),
+                         k_bank[c].d_data.eq(qkv_value),
+                         k_bank[c].d_en.eq(lane_write & to_k & mine)]
         port = v_mem.write_port(granularity=1)
         m.d.comb += [port.addr.eq(at(token, ctrl.hword)),
                      port.data.eq(lanes_of(cfg.qkv_bits)),
