@@ -321,12 +321,15 @@ def _make_presets() -> dict:
                                         bias_bits=20, score_bits=12, score_frac_bits=4,
                                         lut_addr_bits=4, exp_bits=12, prob_bits=8,
                                         mult_bits=12, div_bits_per_stage=2),
-        # ULX3S (ECP5-85F): the reference layer's shape on the largest array whose whole
-        # device routes there (an 8x8 one did not), with two softmax units (one left the array
-        # waiting 6 % of the reference layer) and registered DSPs (78 MHz; 71 inferred). The
-        # ULX3S board's preset.
+        # ULX3S (ECP5-85F): the reference layer's shape on an 8x4 array of registered DSPs
+        # with two softmax units (one left the array waiting 6 % of the reference layer). The
+        # ULX3S board's preset: it builds in minutes.
         "ulx3s_8x4": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=4,
                                   softmax_units=2, dsp="ecp5_registered"),
+        # ULX3S (ECP5-85F): the same shape on an 8x8 array, twice the multipliers, with four
+        # softmax units: the fastest reference layer, but nextpnr takes about half an hour.
+        "ulx3s_8x8": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=8,
+                                  softmax_units=4, dsp="ecp5_registered"),
         # ULX3S (ECP5-85F): MiniLM-sized layers on a 16x8 array of registered MULT18X18D
         # (128 of the 156 DSPs; the attention core needs power-of-two array sides).
         "ulx3s": base.replace(max_seq_len=64, max_d_model=384, max_heads=12, rows=16,
