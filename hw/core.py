@@ -22,10 +22,10 @@ Schedule of one run (``L x D``, ``H`` heads of ``d``, array ``R x C``; counts in
 Stream formats and orders: :mod:`hw.core_io`. Buffers (``amaranth.lib.memory``): X, Q and the
 concatenated head outputs in ``R`` banks (token mod R), K in ``C`` banks (token mod C), V in
 one memory, each word holding ``C`` channels of one token with the channels of each head
-starting on a word boundary (the X/Q and K banks are :class:`hw.lane_bank.LaneBank`: written a
-word at a time through a queue, one lane a cycle, and read one lane at a time); scores (2 slots
-of ``R x L``), P (``R`` banks of 2 slots of ``L``), one tile of weights (``D`` words), the
-constants (one word per tile).
+starting on a word boundary (the X/Q and K banks are :class:`hw.lane_bank.LaneBank`: one value
+per address, read one value at a time; the writer writes its rows into them a lane a cycle, and
+X beats reach the X/Q banks through a queue each); scores (2 slots of ``R x L``), P (``R`` banks
+of 2 slots of ``L``), one tile of weights (``D`` words), the constants (one word per tile).
 
 The array and the softmax are never given a beat they cannot take, so valid/ready stalls on any
 stream only pause the core. Rows and columns of a tile past ``L``, ``D`` or ``d`` are fed
@@ -295,8 +295,8 @@ class AttentionCore(wiring.Component):
         tile_retired = Signal()
         m.d.sync += outstanding.eq(outstanding + tile_issued - tile_retired)
         out_done = Signal()                 # last output beat left
-        # every row the writer sent to the X/Q and K banks is in them (the next phase reads
-        # them); a row is in a bank's queue from the cycle after the writer takes it
+        # every X row queued at the X/Q banks is in them (the writer's own values land in their
+        # cycle); a row is in a bank's queue from the cycle after it is taken
         banks_idle = Signal()
         m.d.comb += banks_idle.eq(Cat(bank.idle for bank in xq_bank + k_bank).all())
         m.d.comb += self.busy.eq(running)
