@@ -296,9 +296,9 @@ class AttentionCore(wiring.Component):
         m.d.sync += outstanding.eq(outstanding + tile_issued - tile_retired)
         out_done = Signal()                 # last output beat left
         # every X row queued at the X/Q banks is in them (the writer's own values land in their
-        # cycle); a row is in a bank's queue from the cycle after it is taken
+        # cycle, and K has no queue); a row is in a bank's queue from the cycle after it is taken
         banks_idle = Signal()
-        m.d.comb += banks_idle.eq(Cat(bank.idle for bank in xq_bank + k_bank).all())
+        m.d.comb += banks_idle.eq(Cat(bank.idle for bank in xq_bank).all())
         m.d.comb += self.busy.eq(running)
 
         # phase flags driven by the FSM
@@ -501,7 +501,7 @@ class AttentionCore(wiring.Component):
             with m.If(~running):
                 m.d.sync += [x_in.eq(0)] + [t.eq(0) for t in x_tokens]
             with m.Else():
-                m.d.sync += x_in.eq(x_in | (x_loaded & Cat(b.idle for b in xq_bank).all()))
+                m.d.sync += x_in.eq(x_in | (x_loaded & banks_idle))
                 for t, bank in zip(x_tokens, xq_bank):
                     with m.If(bank.tag_done):
                         m.d.sync += t.eq(t + 1)

@@ -38,6 +38,14 @@ def _model(rows, lanes, model=None):
     return model
 
 
+async def _offer(ctx, dut, row):
+    """Offer ``row`` on ``w_stream`` and return after the cycle it was taken in."""
+    ctx.set(dut.w_stream.payload, row)
+    ctx.set(dut.w_stream.valid, 1)
+    await ctx.tick().until(dut.w_stream.ready)
+    ctx.set(dut.w_stream.valid, 0)
+
+
 async def _check_memory(ctx, dut, model):
     """Read every address of ``model`` through the read port and compare."""
     for addr, value in sorted(model.items()):
@@ -61,10 +69,7 @@ def test_rows_land_in_order(lanes, queue_depth):
         for row in plan:
             while rng.random() < 0.3:
                 await ctx.tick()
-            ctx.set(dut.w_stream.payload, row)
-            ctx.set(dut.w_stream.valid, 1)
-            await ctx.tick().until(dut.w_stream.ready)
-            ctx.set(dut.w_stream.valid, 0)
+            await _offer(ctx, dut, row)
         state["offered"] = True
 
     async def reader(ctx):
@@ -148,10 +153,7 @@ def test_direct_writes_go_first(lanes, queue_depth):
 
     async def rows_in(ctx):
         for row in rows:
-            ctx.set(dut.w_stream.payload, row)
-            ctx.set(dut.w_stream.valid, 1)
-            await ctx.tick().until(dut.w_stream.ready)
-            ctx.set(dut.w_stream.valid, 0)
+            await _offer(ctx, dut, row)
         state["offered"] = True
 
     async def direct_in(ctx):
