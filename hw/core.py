@@ -295,10 +295,12 @@ class AttentionCore(wiring.Component):
         tile_retired = Signal()
         m.d.sync += outstanding.eq(outstanding + tile_issued - tile_retired)
         out_done = Signal()                 # last output beat left
-        # every X row queued at the X/Q banks is in them (the writer's own values land in their
-        # cycle, and K has no queue); a row is in a bank's queue from the cycle after it is taken
-        banks_idle = Signal()
-        m.d.comb += banks_idle.eq(Cat(bank.idle for bank in xq_bank).all())
+        # every X row queued at the X/Q banks is in them (a row is in a bank's queue from the
+        # cycle after it is taken), and so is every value the writer wrote (a cycle late)
+        banks_idle, banks_written = Signal(), Signal()
+        m.d.comb += [banks_idle.eq(Cat(bank.idle for bank in xq_bank).all()),
+                     banks_written.eq(banks_idle
+                                      & ~Cat(bank.d_pending for bank in xq_bank + k_bank).any())]
         m.d.comb += self.busy.eq(running)
 
         # phase flags driven by the FSM
@@ -358,11 +360,11 @@ class AttentionCore(wiring.Component):
                                     m.d.sync += lp_h.eq(lp_h + 1)
             with m.State("PROJ"):
                 m.d.comb += phase_proj.eq(1)
-                with m.If(proj_done & (outstanding == 0) & ~tile_issued & banks_idle):
+                with m.If(proj_done & (outstanding == 0) & ~tile_issued & banks_written):
                     m.next = "ATT"
             with m.State("ATT"):
                 m.d.comb += phase_att.eq(1)
-                with m.If(att_done & (outstanding == 0) & ~tile_issued & banks_idle):
+                with m.If(att_done & (outstanding == 0) & ~tile_issued & banks_written):
                     m.next = "OUT"
             with m.State("OUT"):
                 m.d.comb += phase_out.eq(1)

@@ -8,7 +8,8 @@ the device did not route. :class:`LaneBank` stores one value per address (lane `
 ``w`` at ``w * lanes + l``), so a read returns only the value used, and a bank's block RAMs are
 used to their depth instead of their width. The price is the writes: one value a
 cycle, either straight from the writer (``d_*``, ahead of everything else) or from a queue of
-whole rows (``w_stream``), one lane a cycle.
+whole rows (``w_stream``), one lane a cycle. Direct writes are registered at the bank, so a
+writer across the die drives flip-flops, not the memory's write port and the queue's pop.
 """
 
 from __future__ import annotations
@@ -59,15 +60,18 @@ class LaneBank(wiring.Component):
         Rows to write. The lanes set in ``mask`` of a row go to addresses
         ``word * lanes + l``, in order, one a cycle; a row with no lane set takes a cycle and
         writes nothing. With ``lanes == 1`` the row is written in the cycle it is offered
-        (``ready`` is high unless ``d_en`` is).
+        (``ready`` is high unless a direct write lands this cycle).
     d_addr, d_data, d_en :
-        One value written directly at value address ``d_addr`` while ``d_en`` is high, ahead
-        of the queue: the queue's row waits that cycle.
+        One value written directly at value address ``d_addr`` while ``d_en`` is high. It
+        lands in the memory the next cycle, ahead of the queue: the queue's row waits that
+        cycle.
     r_addr, r_en, r_data :
         The read port (``amaranth.lib.memory`` semantics: ``r_data`` is the value at the
         ``r_addr`` of the last cycle ``r_en`` was high, not transparent for the writes).
     idle : Out(1)
         No row is queued or being written. Every row taken before this cycle is in the memory.
+    d_pending : Out(1)
+        A direct write lands this cycle (``d_en`` was high last cycle).
     tag_done : Out(1)
         The last lane of a row with ``tag`` set is written this cycle (reads from the next
         cycle on return it).
@@ -93,6 +97,7 @@ class LaneBank(wiring.Component):
             "d_data": In(shape),
             "d_en": In(1),
             "idle": Out(1),
+            "d_pending": Out(1),
             "tag_done": Out(1),
         })
 
@@ -105,18 +110,22 @@ class LaneBank(wiring.Component):
         wr = memory.write_port()
         m.d.comb += [rd.addr.eq(self.r_addr), rd.en.eq(self.r_en), self.r_data.eq(rd.data)]
         row = self.w_stream.payload
-        # direct writes first; the queue's writes (below) only in cycles without one
-        m.d.comb += [wr.addr.eq(self.d_addr), wr.data.eq(self.d_data), wr.en.eq(self.d_en)]
+        # direct writes, registered, first; the queue's writes (below) only in cycles without
+        d_addr, d_data, d_en = (Signal.like(s, name=s.name + "_r")
+                                for s in (self.d_addr, self.d_data, self.d_en))
+        m.d.sync += [d_addr.eq(self.d_addr), d_data.eq(self.d_data), d_en.eq(self.d_en)]
+        m.d.comb += [wr.addr.eq(d_addr), wr.data.eq(d_data), wr.en.eq(d_en),
+                     self.d_pending.eq(d_en)]
 
         if self.queue_depth == 0:
             m.d.comb += self.idle.eq(1)
             return m
         if lanes == 1:
             take = Signal()
-            m.d.comb += [self.w_stream.ready.eq(~self.d_en), self.idle.eq(1),
-                         take.eq(self.w_stream.valid & ~self.d_en),
+            m.d.comb += [self.w_stream.ready.eq(~d_en), self.idle.eq(1),
+                         take.eq(self.w_stream.valid & ~d_en),
                          self.tag_done.eq(take & row.tag)]
-            with m.If(~self.d_en):
+            with m.If(~d_en):
                 m.d.comb += [wr.addr.eq(row.word), wr.data.eq(row.data[0]),
                              wr.en.eq(take & row.mask[0])]
             return m
@@ -134,13 +143,13 @@ class LaneBank(wiring.Component):
         write = Signal()             # the head row's lane `lane` goes this cycle
         later = Signal()             # a masked lane after `lane`
         final = Signal()             # this cycle writes the row's last masked lane
-        m.d.comb += [write.eq(queue.r_rdy & ~self.d_en),
+        m.d.comb += [write.eq(queue.r_rdy & ~d_en),
                      later.eq(Cat(head.mask[i] & (lane < i) for i in range(lanes)).any()),
                      final.eq(write & ~later),
                      queue.r_en.eq(final),
                      self.tag_done.eq(final & head.tag),
                      self.idle.eq(queue.level == 0)]
-        with m.If(~self.d_en):
+        with m.If(~d_en):
             m.d.comb += [wr.addr.eq(Cat(lane, head.word)), wr.data.eq(head.data[lane]),
                          wr.en.eq(write & head.mask.bit_select(lane, 1))]
         with m.If(final):

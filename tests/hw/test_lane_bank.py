@@ -139,7 +139,7 @@ def test_bad_parameters():
 
 @pytest.mark.parametrize("lanes,queue_depth", [(1, 2), (4, 2), (4, 0)])
 def test_direct_writes_go_first(lanes, queue_depth):
-    """Direct writes (``d_*``) land in their cycle; queued rows wait for the cycles without
+    """Direct writes (``d_*``) land the cycle after; queued rows wait for the cycles without
     one and still all land. Direct writes use words 0..7, rows words 8..15."""
     rng = random.Random(7 + lanes)
     words = 16
@@ -165,6 +165,7 @@ def test_direct_writes_go_first(lanes, queue_depth):
                 ctx.set(dut.d_data, item[1])
                 ctx.set(dut.d_en, 1)
             await ctx.tick()
+            assert ctx.get(dut.d_pending) == (item is not None), "d_pending is not d_en delayed"
         ctx.set(dut.d_en, 0)
         while not (state["offered"] and ctx.get(dut.idle)):
             await ctx.tick()
