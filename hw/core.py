@@ -42,7 +42,7 @@ from amaranth.lib.wiring import In, Out
 from .core_io import lanes_layout, param_layout, run_args_layout
 from .dsp import ice40_mac16, mac16_blocks, times_constant
 from .fifo import BlockRAMFIFO
-from .lane_bank import LaneBank
+from .lane_bank import LaneBank, LaneSerializer
 from .requant import Requantizer, sum_width
 from .softmax import Softmax
 from .systolic import SystolicArray
@@ -246,18 +246,26 @@ class AttentionCore(wiring.Component):
         # and attention reads Q, never both at once, so one read port per bank serves both and
         # a bank fills its block RAM twice as far (the ECP5 ulx3s core did not fit otherwise).
         # These banks and K's are read one value at a time (:class:`hw.lane_bank.LaneBank`).
-        # The writer writes its rows into them itself, a lane a cycle on one narrow bus; X rows
-        # arrive C lanes at once and go through a queue per bank. X loads send a token's words
-        # to one bank back to back, so that queue holds a token (`stride` rows).
+        # The writer hands each of its rows to the serializer of the row's bank, which writes
+        # it a lane a cycle on a narrow bus of its own, side by side with the other banks'; X
+        # rows arrive C lanes at once and go through a queue per bank. X loads send a token's
+        # words to one bank back to back, so that queue holds a token (`stride` rows).
         xq_shape = signed(max(cfg.x_bits, cfg.head_bits, cfg.qkv_bits))
         q_base = _ceil_div(lmax, R) * stride
-        xq_bank = [LaneBank(lanes=C, shape=xq_shape, words=2 * q_base, queue_depth=stride)
-                   for r in range(R)]
+        # (With C = 1 the writer's values go to the banks unregistered: the iCE40UP5K, the
+        # only such preset, has no cells to spare and no die to cross.)
+        xq_bank = [LaneBank(lanes=C, shape=xq_shape, words=2 * q_base, queue_depth=stride,
+                            d_registered=C > 1) for r in range(R)]
         k_bank = [LaneBank(lanes=C, shape=signed(cfg.qkv_bits),
-                           words=_ceil_div(lmax, C) * stride, queue_depth=0) for c in range(C)]
-        for name, banks in (("xq", xq_bank), ("k", k_bank)):
-            for i, bank in enumerate(banks):
-                m.submodules[f"{name}_{i}"] = bank
+                           words=_ceil_div(lmax, C) * stride, queue_depth=0,
+                           d_registered=C > 1) for c in range(C)]
+        # serializer i writes X/Q bank i (i < R) and K bank i (i < C)
+        serializer = [LaneSerializer(lanes=C, shape=xq_shape,
+                                     words=max(b.words for b in xq_bank[:1] + k_bank[:1]))
+                      for i in range(max(R, C))]
+        for name, units in (("xq", xq_bank), ("k", k_bank), ("serializer", serializer)):
+            for i, unit in enumerate(units):
+                m.submodules[f"{name}_{i}"] = unit
         v_mem = mem("v", qkv_lanes, lmax * stride)
 
         def at(block, word):
@@ -296,10 +304,12 @@ class AttentionCore(wiring.Component):
         m.d.sync += outstanding.eq(outstanding + tile_issued - tile_retired)
         out_done = Signal()                 # last output beat left
         # every X row queued at the X/Q banks is in them (a row is in a bank's queue from the
-        # cycle after it is taken), and so is every value the writer wrote (a cycle late)
+        # cycle after it is taken), and so is every row the writer retired (its serializer is
+        # done and the bank's registered write landed)
         banks_idle, banks_written = Signal(), Signal()
         m.d.comb += [banks_idle.eq(Cat(bank.idle for bank in xq_bank).all()),
                      banks_written.eq(banks_idle
+                                      & Cat(u.i_stream.ready for u in serializer).all()
                                       & ~Cat(bank.d_pending for bank in xq_bank + k_bank).any())]
         m.d.comb += self.busy.eq(running)
 
@@ -855,23 +865,22 @@ class AttentionCore(wiring.Component):
         m.d.comb += valid_row.eq(ctrl.valid)
         is_out = Signal()
         m.d.comb += is_out.eq(ctrl.op == _OUT)
-        # A row for the X/Q or K banks is written a lane a cycle (`wl`), up to its last column,
-        # and retires with that lane.
-        to_xq, to_k, lanes_left = Signal(), Signal(), Signal()
-        wl = Signal(max(1, lc))
+        # A row for the X/Q or K banks retires into the serializer of its bank (X/Q bank
+        # token mod R, K bank token mod C) once that one is free.
+        to_xq, to_k, to_bank, dest_free = Signal(), Signal(), Signal(), Signal()
+        dest = Signal(range(len(serializer)))
         m.d.comb += [
             to_xq.eq(valid_row & (((ctrl.op == _PROJ) & (ctrl.target == 0))
                                   | (ctrl.op == _PV))),
             to_k.eq(valid_row & (ctrl.op == _PROJ) & (ctrl.target == 1)),
-            lanes_left.eq((to_xq | to_k)
-                          & Cat(ctrl.cols[i] & (wl < i) for i in range(C)).any()),
+            to_bank.eq(to_xq | to_k),
+            dest.eq(Mux(to_k, token[:lc], token[:lr])),
+            dest_free.eq(Cat(u.i_stream.ready for u in serializer).bit_select(dest, 1)),
         ]
-        if lc:
-            with m.If(res_valid & (to_xq | to_k)):
-                m.d.sync += wl.eq(Mux(lanes_left, wl + 1, 0))
         m.d.comb += [
             self.o_stream.valid.eq(res_valid & is_out & valid_row),
-            retire.eq(res_valid & ~lanes_left & (~is_out | ~valid_row | self.o_stream.ready)),
+            retire.eq(res_valid & (~to_bank | dest_free)
+                      & (~is_out | ~valid_row | self.o_stream.ready)),
             tile_retired.eq(retire & (ctrl.row == R - 1)),
             self.o_stream.payload.last.eq(ctrl.run_last & (token + 1 == L)),
         ]
@@ -888,25 +897,25 @@ class AttentionCore(wiring.Component):
                 Mux(ctrl.cols[c], clamp(res[c], cfg.y_bits).as_signed(), 0))
 
         wr = retire & valid_row
-        # lane `wl` of a row for the X/Q or K banks, clamped to its stage's width, to its bank
-        value = Signal(signed(rq_bits))
-        m.d.comb += value.eq(res[wl] if lc else res[0])
-        qkv_value = clamp(value, cfg.qkv_bits).as_signed()
-        xq_value = Mux(ctrl.op == _PV, clamp(value, cfg.head_bits).as_signed(), qkv_value)
-        lane_write = Signal()
-        m.d.comb += lane_write.eq(res_valid & (ctrl.cols.bit_select(wl, 1) if lc
-                                               else ctrl.cols[0]))
+        # a row for the X/Q or K banks, clamped to its stage's width, to its bank's serializer
         xq_word = at(token >> lr, ctrl.hword) + Mux(ctrl.op == _PROJ, q_base, 0)
-        for r in range(R):
-            mine = (token[:lr] == r) if lr else 1
-            m.d.comb += [xq_bank[r].d_addr.eq(Cat(wl[:lc], xq_word)),
-                         xq_bank[r].d_data.eq(xq_value),
-                         xq_bank[r].d_en.eq(lane_write & to_xq & mine)]
+        bank_row = Signal(data.ArrayLayout(xq_shape, C))
         for c in range(C):
-            mine = (token[:lc] == c) if lc else 1
-            m.d.comb += [k_bank[c].d_addr.eq(Cat(wl[:lc], at(token >> lc, ctrl.hword))),
-                         k_bank[c].d_data.eq(qkv_value),
-                         k_bank[c].d_en.eq(lane_write & to_k & mine)]
+            m.d.comb += bank_row[c].eq(Mux(ctrl.op == _PV,
+                                           clamp(res[c], cfg.head_bits).as_signed(),
+                                           clamp(res[c], cfg.qkv_bits).as_signed()))
+        for i, unit in enumerate(serializer):
+            m.d.comb += [
+                unit.i_stream.valid.eq(res_valid & to_bank & (dest == i)),
+                unit.i_stream.payload.word.eq(Mux(to_k, at(token >> lc, ctrl.hword), xq_word)),
+                unit.i_stream.payload.data.eq(bank_row),
+                unit.i_stream.payload.mask.eq(ctrl.cols),
+                unit.i_stream.payload.tag.eq(to_k),
+            ]
+            for bank, en in ((xq_bank, ~unit.tag), (k_bank, unit.tag)):
+                if i < len(bank):
+                    m.d.comb += [bank[i].d_addr.eq(unit.addr), bank[i].d_data.eq(unit.data),
+                                 bank[i].d_en.eq(unit.en & en)]
         port = v_mem.write_port(granularity=1)
         m.d.comb += [port.addr.eq(at(token, ctrl.hword)),
                      port.data.eq(lanes_of(cfg.qkv_bits)),

@@ -8,8 +8,9 @@ the device did not route. :class:`LaneBank` stores one value per address (lane `
 ``w`` at ``w * lanes + l``), so a read returns only the value used, and a bank's block RAMs are
 used to their depth instead of their width. The price is the writes: one value a
 cycle, either straight from the writer (``d_*``, ahead of everything else) or from a queue of
-whole rows (``w_stream``), one lane a cycle. Direct writes are registered at the bank, so a
-writer across the die drives flip-flops, not the memory's write port and the queue's pop.
+whole rows (``w_stream``), one lane a cycle. Direct writes are registered at the bank (unless
+told otherwise), so a writer across the die drives flip-flops, not the memory's write port and
+the queue's pop.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-__all__ = ["LaneBank", "row_layout"]
+__all__ = ["LaneBank", "LaneSerializer", "row_layout"]
 
 
 def row_layout(lanes: int, shape, words: int) -> data.StructLayout:
@@ -33,6 +34,13 @@ def row_layout(lanes: int, shape, words: int) -> data.StructLayout:
         "mask": unsigned(lanes),
         "tag": 1,
     })
+
+
+def _check_lanes_words(lanes, words):
+    if not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1):
+        raise ValueError(f"lanes must be a power of two, not {lanes!r}")
+    if not isinstance(words, int) or words < 1:
+        raise ValueError(f"words must be a positive integer, not {words!r}")
 
 
 class LaneBank(wiring.Component):
@@ -53,6 +61,8 @@ class LaneBank(wiring.Component):
         at full speed with ``queue_depth >= n``.
     attrs : dict or None
         Attributes of the memory (e.g. ``ram_style``).
+    d_registered : bool
+        Register the direct writes at the bank (default); otherwise they land in their cycle.
 
     Members
     -------
@@ -63,30 +73,30 @@ class LaneBank(wiring.Component):
         (``ready`` is high unless a direct write lands this cycle).
     d_addr, d_data, d_en :
         One value written directly at value address ``d_addr`` while ``d_en`` is high. It
-        lands in the memory the next cycle, ahead of the queue: the queue's row waits that
-        cycle.
+        lands in the memory the next cycle (with ``d_registered``; else in this one), ahead of
+        the queue: the queue's row waits that cycle.
     r_addr, r_en, r_data :
         The read port (``amaranth.lib.memory`` semantics: ``r_data`` is the value at the
         ``r_addr`` of the last cycle ``r_en`` was high, not transparent for the writes).
     idle : Out(1)
         No row is queued or being written. Every row taken before this cycle is in the memory.
     d_pending : Out(1)
-        A direct write lands this cycle (``d_en`` was high last cycle).
+        A registered direct write lands this cycle (``d_en`` was high last cycle; always low
+        without ``d_registered``).
     tag_done : Out(1)
         The last lane of a row with ``tag`` set is written this cycle (reads from the next
         cycle on return it).
     """
 
-    def __init__(self, *, lanes: int, shape, words: int, queue_depth: int = 2, attrs=None):
-        if not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1):
-            raise ValueError(f"lanes must be a power of two, not {lanes!r}")
-        if not isinstance(words, int) or words < 1:
-            raise ValueError(f"words must be a positive integer, not {words!r}")
+    def __init__(self, *, lanes: int, shape, words: int, queue_depth: int = 2, attrs=None,
+                 d_registered: bool = True):
+        _check_lanes_words(lanes, words)
         if not isinstance(queue_depth, int) or queue_depth < 0:
             raise ValueError(f"queue_depth must be a non-negative integer, not "
                              f"{queue_depth!r}")
         self.lanes, self.shape, self.words = lanes, Shape.cast(shape), words
         self.queue_depth, self.attrs = queue_depth, attrs
+        self.d_registered = bool(d_registered)
         self.depth = words * lanes
         super().__init__({
             "w_stream": In(stream.Signature(row_layout(lanes, shape, words))),
@@ -110,12 +120,14 @@ class LaneBank(wiring.Component):
         wr = memory.write_port()
         m.d.comb += [rd.addr.eq(self.r_addr), rd.en.eq(self.r_en), self.r_data.eq(rd.data)]
         row = self.w_stream.payload
-        # direct writes, registered, first; the queue's writes (below) only in cycles without
-        d_addr, d_data, d_en = (Signal.like(s, name=s.name + "_r")
-                                for s in (self.d_addr, self.d_data, self.d_en))
-        m.d.sync += [d_addr.eq(self.d_addr), d_data.eq(self.d_data), d_en.eq(self.d_en)]
-        m.d.comb += [wr.addr.eq(d_addr), wr.data.eq(d_data), wr.en.eq(d_en),
-                     self.d_pending.eq(d_en)]
+        # direct writes (registered) first; the queue's writes (below) only in cycles without
+        d_addr, d_data, d_en = self.d_addr, self.d_data, self.d_en
+        if self.d_registered:
+            d_addr, d_data, d_en = (Signal.like(s, name=s.name + "_r")
+                                    for s in (self.d_addr, self.d_data, self.d_en))
+            m.d.sync += [d_addr.eq(self.d_addr), d_data.eq(self.d_data), d_en.eq(self.d_en)]
+            m.d.comb += self.d_pending.eq(d_en)
+        m.d.comb += [wr.addr.eq(d_addr), wr.data.eq(d_data), wr.en.eq(d_en)]
 
         if self.queue_depth == 0:
             m.d.comb += self.idle.eq(1)
@@ -156,4 +168,69 @@ class LaneBank(wiring.Component):
             m.d.sync += lane.eq(0)
         with m.Elif(write):
             m.d.sync += lane.eq(lane + 1)
+        return m
+
+
+class LaneSerializer(wiring.Component):
+    """One row of ``lanes`` values in, one value a cycle out, for a :class:`LaneBank`'s
+    direct port.
+
+    A writer with a row for each of several banks hands each row to that bank's serializer in
+    one cycle and goes on; the serializers then write their rows side by side, each on its own
+    narrow bus. Every output is a flip-flop.
+
+    Parameters
+    ----------
+    lanes, shape, words :
+        As :class:`LaneBank`'s.
+
+    Members
+    -------
+    i_stream : In(stream.Signature(row_layout(...)))
+        A row to write. ``ready`` is high while no row is being written (with ``lanes == 1``:
+        always, and the row passes straight through to the outputs in its cycle).
+    addr, data, en : Out
+        One value a cycle for ``d_addr``, ``d_data`` and ``d_en``: lane ``l`` of a row at
+        ``word * lanes + l``, the lanes in order up to the row's last masked one. A row with
+        no lane set is written in no cycle.
+    tag : Out(1)
+        The ``tag`` of the row being written (e.g. which of two banks takes it).
+    """
+
+    def __init__(self, *, lanes: int, shape, words: int):
+        _check_lanes_words(lanes, words)
+        self.lanes, self.shape, self.words = lanes, Shape.cast(shape), words
+        depth = words * lanes
+        super().__init__({
+            "i_stream": In(stream.Signature(row_layout(lanes, shape, words))),
+            "addr": Out(range(max(depth, 2))),
+            "data": Out(shape),
+            "en": Out(1),
+            "tag": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, ll = self.lanes, ceil_log2(self.lanes)
+        row = self.i_stream.payload
+        if lanes == 1:
+            m.d.comb += [self.i_stream.ready.eq(1), self.addr.eq(row.word),
+                         self.data.eq(row.data[0]), self.tag.eq(row.tag),
+                         self.en.eq(self.i_stream.valid & row.mask[0])]
+            return m
+
+        # The row shifts down a lane a cycle: lane 0 of `values` and bit 0 of `mask` are the
+        # value being written; the row is done when no masked lane is left.
+        values = Signal(data.ArrayLayout(self.shape, lanes))
+        mask = Signal(lanes)
+        word, lane = Signal.like(row.word), Signal(ll)
+        m.d.comb += [self.i_stream.ready.eq(mask == 0),
+                     self.addr.eq(Cat(lane, word)), self.data.eq(values[0]),
+                     self.en.eq(mask[0])]
+        with m.If(self.i_stream.valid & self.i_stream.ready):
+            m.d.sync += [values.eq(row.data), mask.eq(row.mask), word.eq(row.word),
+                         lane.eq(0), self.tag.eq(row.tag)]
+        with m.Elif(mask != 0):
+            m.d.sync += [values.eq(values.as_value() >> self.shape.width), mask.eq(mask >> 1),
+                         lane.eq(lane + 1)]
         return m

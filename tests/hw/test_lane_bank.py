@@ -1,13 +1,14 @@
 # amaranth: UnusedElaboratable=no
 """hw/lane_bank.py: rows written through the queue land lane by lane where a model of the
-memory puts them; ``idle``, ``tag_done`` and the write rate keep their promises."""
+memory puts them; ``idle``, ``tag_done`` and the write rate keep their promises; a serializer
+turns rows into the lane writes of the direct port, in order, a lane a cycle."""
 
 import random
 
 import pytest
-from amaranth import signed
+from amaranth import Module, Signal, signed
 
-from hw.lane_bank import LaneBank
+from hw.lane_bank import LaneBank, LaneSerializer
 from sim.amaranth_sim import run_simulation
 
 
@@ -38,12 +39,24 @@ def _model(rows, lanes, model=None):
     return model
 
 
-async def _offer(ctx, dut, row):
-    """Offer ``row`` on ``w_stream`` and return after the cycle it was taken in."""
-    ctx.set(dut.w_stream.payload, row)
-    ctx.set(dut.w_stream.valid, 1)
-    await ctx.tick().until(dut.w_stream.ready)
-    ctx.set(dut.w_stream.valid, 0)
+async def _offer(ctx, stream, row):
+    """Offer ``row`` on ``stream`` and return after the cycle it was taken in."""
+    ctx.set(stream.payload, row)
+    ctx.set(stream.valid, 1)
+    await ctx.tick().until(stream.ready)
+    ctx.set(stream.valid, 0)
+
+
+def _offer_all(stream, plan, rng, state):
+    """A testbench offering the rows of ``plan`` with random gaps; it sets
+    ``state["offered"]`` when the last one is taken."""
+    async def writer(ctx):
+        for row in plan:
+            while rng.random() < 0.3:
+                await ctx.tick()
+            await _offer(ctx, stream, row)
+        state["offered"] = True
+    return writer
 
 
 async def _check_memory(ctx, dut, model):
@@ -65,12 +78,7 @@ def test_rows_land_in_order(lanes, queue_depth):
     dut = LaneBank(lanes=lanes, shape=signed(8), words=words, queue_depth=queue_depth)
     state = {"offered": False}
 
-    async def writer(ctx):
-        for row in plan:
-            while rng.random() < 0.3:
-                await ctx.tick()
-            await _offer(ctx, dut, row)
-        state["offered"] = True
+    writer = _offer_all(dut.w_stream, plan, rng, state)
 
     async def reader(ctx):
         # one read a cycle: the row whose tag_done came last cycle, checked the cycle after
@@ -128,22 +136,29 @@ def test_burst_rate(lanes):
     run_simulation(dut, lambda: [bench], f"lane_bank_rate_{lanes}", deadline_cycles=200)
 
 
-def test_bad_parameters():
+@pytest.mark.parametrize("cls", [LaneBank, LaneSerializer])
+def test_bad_parameters(cls):
     with pytest.raises(ValueError, match="lanes must be a power of two"):
-        LaneBank(lanes=3, shape=8, words=4)
+        cls(lanes=3, shape=8, words=4)
     with pytest.raises(ValueError, match="words must be a positive integer"):
-        LaneBank(lanes=2, shape=8, words=0)
+        cls(lanes=2, shape=8, words=0)
+    if cls is not LaneBank:
+        return
     with pytest.raises(ValueError, match="queue_depth must be a non-negative integer"):
         LaneBank(lanes=2, shape=8, words=4, queue_depth=-1)
 
 
-@pytest.mark.parametrize("lanes,queue_depth", [(1, 2), (4, 2), (4, 0)])
-def test_direct_writes_go_first(lanes, queue_depth):
-    """Direct writes (``d_*``) land the cycle after; queued rows wait for the cycles without
-    one and still all land. Direct writes use words 0..7, rows words 8..15."""
+@pytest.mark.parametrize("lanes,queue_depth,registered",
+                         [(1, 2, True), (4, 2, True), (4, 0, True), (1, 2, False),
+                          (4, 2, False)])
+def test_direct_writes_go_first(lanes, queue_depth, registered):
+    """Direct writes (``d_*``) land the cycle after (``d_pending`` then), or in their cycle
+    unregistered; queued rows wait for the cycles with one and still all land. Direct writes
+    use words 0..7, rows words 8..15."""
     rng = random.Random(7 + lanes)
     words = 16
-    dut = LaneBank(lanes=lanes, shape=signed(8), words=words, queue_depth=queue_depth)
+    dut = LaneBank(lanes=lanes, shape=signed(8), words=words, queue_depth=queue_depth,
+                   d_registered=registered)
     rows = [] if queue_depth == 0 else [
         {"word": 8 + rng.randrange(8), "data": [rng.randrange(-128, 128) for _ in range(lanes)],
          "mask": (1 << lanes) - 1, "tag": 0} for _ in range(20)]
@@ -153,7 +168,7 @@ def test_direct_writes_go_first(lanes, queue_depth):
 
     async def rows_in(ctx):
         for row in rows:
-            await _offer(ctx, dut, row)
+            await _offer(ctx, dut.w_stream, row)
         state["offered"] = True
 
     async def direct_in(ctx):
@@ -165,12 +180,83 @@ def test_direct_writes_go_first(lanes, queue_depth):
                 ctx.set(dut.d_data, item[1])
                 ctx.set(dut.d_en, 1)
             await ctx.tick()
-            assert ctx.get(dut.d_pending) == (item is not None), "d_pending is not d_en delayed"
+            assert ctx.get(dut.d_pending) == (registered and item is not None), \
+                "d_pending is not d_en of the last cycle"
         ctx.set(dut.d_en, 0)
         while not (state["offered"] and ctx.get(dut.idle)):
             await ctx.tick()
         direct_model = {item[0]: item[1] for item in direct if item is not None}
         await _check_memory(ctx, dut, _model(rows, lanes, direct_model))
 
-    run_simulation(dut, lambda: [rows_in, direct_in], f"lane_bank_direct_{lanes}_{queue_depth}",
+    run_simulation(dut, lambda: [rows_in, direct_in],
+                   f"lane_bank_direct_{lanes}_{queue_depth}_{int(registered)}",
                    deadline_cycles=2000)
+
+
+@pytest.mark.parametrize("lanes", [1, 4, 8])
+def test_serializer_writes_rows_a_lane_a_cycle(lanes):
+    """Random rows with random gaps come out as the lane writes a model expects, in order,
+    each with its row's tag; with more than one lane a row is taken only when the last one is
+    done, and the outputs change only on a clock edge."""
+    rng = random.Random(100 + lanes)
+    words = 16
+    plan = [{"word": rng.randrange(words), "mask": rng.randrange(1 << lanes),
+             "data": [rng.randrange(-128, 128) for _ in range(lanes)],
+             "tag": rng.randrange(2)} for _ in range(60)]
+    expected = [(row["word"] * lanes + lane, row["data"][lane], row["tag"])
+                for row in plan for lane in range(lanes) if row["mask"] >> lane & 1]
+    dut = LaneSerializer(lanes=lanes, shape=signed(8), words=words)
+    state = {"offered": False, "writes": []}
+
+    writer = _offer_all(dut.i_stream, plan, rng, state)
+
+    async def monitor(ctx):
+        busy_rows = 0
+        while not (state["offered"] and ctx.get(dut.i_stream.ready)):
+            if ctx.get(dut.en):
+                state["writes"].append((ctx.get(dut.addr), ctx.get(dut.data), ctx.get(dut.tag)))
+            if lanes > 1 and ctx.get(dut.en) and ctx.get(dut.i_stream.ready):
+                busy_rows += 1      # a row is taken while one is being written
+            await ctx.tick()
+        if lanes > 1:
+            # the last write is in the cycle before ready: no lane is left behind
+            assert not ctx.get(dut.en), "a lane written after the serializer said it was done"
+        assert busy_rows == 0, f"{busy_rows} cycles ready while writing a lane"
+        got = state["writes"]
+        first = next((i for i, (g, e) in enumerate(zip(got, expected)) if g != e),
+                     min(len(got), len(expected)))
+        assert got == expected, (f"lane writes differ first at {first}: got "
+                                 f"{got[first:first + 3]}, expected {expected[first:first + 3]}"
+                                 f" ({len(got)} writes, {len(expected)} expected)")
+
+    top = dut
+    if lanes == 1:          # purely combinational: give the simulation a clock domain
+        top = Module()
+        top.submodules.dut = dut
+        top.d.sync += Signal(name="tick").eq(1)
+    run_simulation(top, lambda: [writer, monitor], f"lane_serializer_{lanes}",
+                   deadline_cycles=60 * (lanes + 4) * 2)
+
+
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_serializer_rate(lanes):
+    """Back-to-back full rows: one lane a cycle, and a cycle between rows."""
+    rows = 5
+    dut = LaneSerializer(lanes=lanes, shape=signed(8), words=8)
+
+    async def bench(ctx):
+        ctx.set(dut.i_stream.valid, 1)
+        ctx.set(dut.i_stream.payload, {"word": 1, "data": list(range(lanes)),
+                                       "mask": (1 << lanes) - 1, "tag": 0})
+        cycles, taken, writes = 0, 0, 0
+        while taken < rows or not ctx.get(dut.i_stream.ready):
+            taken += ctx.get(dut.i_stream.valid) and ctx.get(dut.i_stream.ready)
+            writes += ctx.get(dut.en)
+            await ctx.tick()
+            cycles += 1
+            if taken == rows:
+                ctx.set(dut.i_stream.valid, 0)
+        assert writes == rows * lanes and cycles == rows * (lanes + 1), \
+            f"{rows} rows of {lanes} lanes: {writes} writes in {cycles} cycles"
+
+    run_simulation(dut, lambda: [bench], f"lane_serializer_rate_{lanes}", deadline_cycles=200)
