@@ -51,6 +51,7 @@ _INT_RANGES = {
     "mult_bits": (2, 31),
     "div_bits_per_stage": (1, 4),
     "softmax_units": (0, 64),
+    "bank_writers": (0, 64),
 }
 
 
@@ -111,6 +112,10 @@ class AttnConfig:
         Softmax units of the attention core, each normalizing its share of a row block's rows
         in parallel: a power of two that divides ``rows``, or 0 (the default) for one unit per
         32 PEs (:attr:`softmax_unit_count`).
+    bank_writers : int
+        Lane serializers that write the attention core's result rows into its X/Q and K banks,
+        each a lane a cycle: a power of two up to ``max(rows, cols)``, or 0 (the default) for
+        :attr:`bank_writer_count`. Results do not depend on it.
 
     Raises
     ------
@@ -144,6 +149,7 @@ class AttnConfig:
     dsp: str = "infer"
     div_bits_per_stage: int = 1
     softmax_units: int = 0
+    bank_writers: int = 0
 
     def __post_init__(self):
         if not isinstance(self.name, str):
@@ -174,6 +180,10 @@ class AttnConfig:
         if units and (units & (units - 1) or self.rows % units):
             raise ValueError(f"softmax_units ({units}) must be 0 or a power of two dividing "
                              f"rows ({self.rows})")
+        writers, banks = self.bank_writers, max(self.rows, self.cols)
+        if writers and (writers & (writers - 1) or writers > banks):
+            raise ValueError(f"bank_writers ({writers}) must be 0 or a power of two up to "
+                             f"max(rows, cols) ({banks})")
         if self.acc_bits + self.mult_bits > 62:
             raise ValueError(f"acc_bits ({self.acc_bits}) + mult_bits ({self.mult_bits}) must "
                              f"not exceed 62 (requantization products are exact in int64)")
@@ -195,6 +205,16 @@ class AttnConfig:
             return self.softmax_units
         per_32 = -(-self.pes // 32)
         return min(self.rows, 1 << (per_32 - 1).bit_length())
+
+    @property
+    def bank_writer_count(self) -> int:
+        """Lane serializers of the attention core's writer: ``bank_writers``, or for 0 two (one
+        if the array has a single row and column). Two write a tile's rows fast enough that an
+        8×8 array waits 120 cycles of the reference layer's 25,400 for them (one: 790; four or
+        eight: none), and each more adds a 128-bit row register and a bus across the die."""
+        if self.bank_writers:
+            return self.bank_writers
+        return min(2, max(self.rows, self.cols))
 
     @property
     def a_bits(self) -> int:

@@ -105,6 +105,9 @@ class AttentionCore(wiring.Component):
                 raise ValueError(f"{name} must be a power of two for the attention core, "
                                  f"not {value}")
         self.cfg = cfg
+        #: Lane serializers of the writer (bank ``b`` takes its rows from serializer
+        #: ``b mod serializers``; checked by the configuration).
+        self.serializers = cfg.bank_writer_count
         #: Softmax units (a power of two dividing ``rows``, checked by the configuration).
         self.softmax_units = cfg.softmax_unit_count
         out_layout = data.StructLayout({"y": lanes_layout(cfg, cfg.y_bits), "last": 1})
@@ -246,10 +249,11 @@ class AttentionCore(wiring.Component):
         # and attention reads Q, never both at once, so one read port per bank serves both and
         # a bank fills its block RAM twice as far (the ECP5 ulx3s core did not fit otherwise).
         # These banks and K's are read one value at a time (:class:`hw.lane_bank.LaneBank`).
-        # The writer hands each of its rows to the serializer of the row's bank, which writes
-        # it a lane a cycle on a narrow bus of its own, side by side with the other banks'; X
-        # rows arrive C lanes at once and go through a queue per bank. X loads send a token's
-        # words to one bank back to back, so that queue holds a token (`stride` rows).
+        # The writer hands each of its rows to a serializer (bank b's is b mod
+        # `bank_writers`), which writes it a lane a cycle on a narrow bus of its own, side by
+        # side with the other serializers; X rows arrive C lanes at once and go through a
+        # queue per bank. X loads send a token's words to one bank back to back, so that queue
+        # holds a token (`stride` rows).
         xq_shape = signed(max(cfg.x_bits, cfg.head_bits, cfg.qkv_bits))
         q_base = _ceil_div(lmax, R) * stride
         # (With C = 1 the writer's values go to the banks unregistered: the iCE40UP5K, the
@@ -259,10 +263,10 @@ class AttentionCore(wiring.Component):
         k_bank = [LaneBank(lanes=C, shape=signed(cfg.qkv_bits),
                            words=_ceil_div(lmax, C) * stride, queue_depth=0,
                            d_registered=C > 1) for c in range(C)]
-        # serializer i writes X/Q bank i (i < R) and K bank i (i < C)
+        # serializer i writes the X/Q and K banks b with b mod `self.serializers` = i
         serializer = [LaneSerializer(lanes=C, shape=xq_shape,
                                      words=max(b.words for b in xq_bank[:1] + k_bank[:1]))
-                      for i in range(max(R, C))]
+                      for i in range(self.serializers)]
         for name, units in (("xq", xq_bank), ("k", k_bank), ("serializer", serializer)):
             for i, unit in enumerate(units):
                 m.submodules[f"{name}_{i}"] = unit
@@ -865,17 +869,18 @@ class AttentionCore(wiring.Component):
         m.d.comb += valid_row.eq(ctrl.valid)
         is_out = Signal()
         m.d.comb += is_out.eq(ctrl.op == _OUT)
-        # A row for the X/Q or K banks retires into the serializer of its bank (X/Q bank
-        # token mod R, K bank token mod C) once that one is free.
+        # A row for the X/Q or K banks (`dest`: X/Q bank token mod R, K bank token mod C)
+        # retires into that bank's serializer once that one is free.
         to_xq, to_k, to_bank, dest_free = Signal(), Signal(), Signal(), Signal()
-        dest = Signal(range(len(serializer)))
+        dest = Signal(range(max(R, C)))
+        ls = _log2(self.serializers)
         m.d.comb += [
             to_xq.eq(valid_row & (((ctrl.op == _PROJ) & (ctrl.target == 0))
                                   | (ctrl.op == _PV))),
             to_k.eq(valid_row & (ctrl.op == _PROJ) & (ctrl.target == 1)),
             to_bank.eq(to_xq | to_k),
             dest.eq(Mux(to_k, token[:lc], token[:lr])),
-            dest_free.eq(Cat(u.i_stream.ready for u in serializer).bit_select(dest, 1)),
+            dest_free.eq(Cat(u.i_stream.ready for u in serializer).bit_select(dest[:ls], 1)),
         ]
         m.d.comb += [
             self.o_stream.valid.eq(res_valid & is_out & valid_row),
@@ -905,17 +910,24 @@ class AttentionCore(wiring.Component):
                                            clamp(res[c], cfg.head_bits).as_signed(),
                                            clamp(res[c], cfg.qkv_bits).as_signed()))
         for i, unit in enumerate(serializer):
+            # the bank of the row it writes, among those it serves
+            sel = Signal(range(max(1, max(R, C) >> ls)), name=f"serializer_{i}_bank")
+            if C == 1:          # the serializer passes its row straight through
+                m.d.comb += sel.eq(dest >> ls)
+            else:
+                with m.If(unit.i_stream.valid & unit.i_stream.ready):
+                    m.d.sync += sel.eq(dest >> ls)
             m.d.comb += [
-                unit.i_stream.valid.eq(res_valid & to_bank & (dest == i)),
+                unit.i_stream.valid.eq(res_valid & to_bank & (dest[:ls] == i)),
                 unit.i_stream.payload.word.eq(Mux(to_k, at(token >> lc, ctrl.hword), xq_word)),
                 unit.i_stream.payload.data.eq(bank_row),
                 unit.i_stream.payload.mask.eq(ctrl.cols),
                 unit.i_stream.payload.tag.eq(to_k),
             ]
             for bank, en in ((xq_bank, ~unit.tag), (k_bank, unit.tag)):
-                if i < len(bank):
-                    m.d.comb += [bank[i].d_addr.eq(unit.addr), bank[i].d_data.eq(unit.data),
-                                 bank[i].d_en.eq(unit.en & en)]
+                for b in range(i, len(bank), self.serializers):
+                    m.d.comb += [bank[b].d_addr.eq(unit.addr), bank[b].d_data.eq(unit.data),
+                                 bank[b].d_en.eq(unit.en & en & (sel == b >> ls))]
         port = v_mem.write_port(granularity=1)
         m.d.comb += [port.addr.eq(at(token, ctrl.hword)),
                      port.data.eq(lanes_of(cfg.qkv_bits)),

@@ -50,6 +50,10 @@ def test_frozen():
     (dict(softmax_units=8), ValueError,
      r"softmax_units \(8\) must be 0 or a power of two dividing rows \(4\)"),
     (dict(softmax_units=-1), ValueError, r"softmax_units must be between 0 and 64, not -1"),
+    (dict(bank_writers=3), ValueError,
+     r"bank_writers \(3\) must be 0 or a power of two up to max\(rows, cols\) \(4\)"),
+    (dict(bank_writers=8), ValueError,
+     r"bank_writers \(8\) must be 0 or a power of two up to max\(rows, cols\) \(4\)"),
 ])
 def test_invalid_parameters_are_named(changes, error, message):
     with pytest.raises(error, match=message):
@@ -64,6 +68,15 @@ def test_softmax_unit_count(rows, cols, units, count):
     """0 picks one unit per 32 PEs (a power of two, at most rows); otherwise the field."""
     cfg = preset("default").replace(rows=rows, cols=cols, softmax_units=units)
     assert cfg.softmax_unit_count == count
+
+
+@pytest.mark.parametrize("rows,cols,writers,count", [
+    (1, 1, 0, 1), (2, 1, 0, 2), (8, 8, 0, 2), (16, 8, 0, 2), (8, 8, 8, 8), (2, 4, 4, 4),
+])
+def test_bank_writer_count(rows, cols, writers, count):
+    """0 picks two serializers (one for a 1x1 array); otherwise the field."""
+    cfg = preset("default").replace(rows=rows, cols=cols, bank_writers=writers)
+    assert cfg.bank_writer_count == count
 
 
 def test_from_dict_rejects_unknown_fields():

@@ -55,20 +55,24 @@ def test_core_amaranth(name, seq_len, d_model, heads, causal, valid_len, stall):
         // cfg.pes
 
 
-@pytest.mark.parametrize("rows,cols,shape,stall", [
-    (4, 4, (9, 4, 1), 0.5),      # one word per token: a row block is read as soon as it is in
-    (2, 4, (7, 8, 2), 0.0),      # C > R: the banks write X slower than it comes, X waits
-    (4, 2, (6, 6, 3), 0.7),
+@pytest.mark.parametrize("rows,cols,writers,shape,stall", [
+    (4, 4, 0, (9, 4, 1), 0.5),   # one word per token: a row block is read as soon as it is in
+    (2, 4, 0, (7, 8, 2), 0.0),   # C > R: the banks write X slower than it comes, X waits
+    (4, 2, 0, (6, 6, 3), 0.7),
+    (4, 4, 1, (9, 8, 2), 0.0),   # one serializer for all banks
+    (4, 2, 4, (6, 6, 3), 0.3),   # one per bank, and more than the K banks
 ])
-def test_core_lane_banks(rows, cols, shape, stall):
-    """X/Q and K banks write a row a lane a cycle (hw/lane_bank.py): a row block of X is fed
-    only once its bank has written it, and full queues hold the X stream and the writer."""
+def test_core_lane_banks(rows, cols, writers, shape, stall):
+    """X/Q and K banks write a row a lane a cycle (hw/lane_bank.py) from the writer's
+    serializers: a row block of X is fed only once its bank has written it, full queues hold
+    the X stream and busy serializers the writer, and each row lands in its own bank."""
     cfg = preset("default").replace(max_seq_len=12, max_d_model=24, max_heads=4, rows=rows,
-                                    cols=cols)
+                                    cols=cols, bank_writers=writers)
     qm, xi, expected = layer(cfg, *shape, seed=rows + cols, causal=True)
     run = simulate_core(cfg, qm, xi, causal=True, stall=stall,
-                        name=f"core_lanes_{rows}x{cols}_{shape[0]}")
-    assert_equal(f"core output y ({rows}x{cols} array, L, D, H = {shape})", expected.y, run.y)
+                        name=f"core_lanes_{rows}x{cols}_{writers}_{shape[0]}")
+    assert_equal(f"core output y ({rows}x{cols} array, {cfg.bank_writer_count} bank writers, "
+                 f"L, D, H = {shape})", expected.y, run.y)
 
 
 @pytest.mark.slow
