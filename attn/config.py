@@ -347,7 +347,7 @@ def _make_presets() -> dict:
         "ulx3s_8x4": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=4,
                                   softmax_units=2, dsp="ecp5_registered"),
         # ULX3S (ECP5-85F): the same shape on an 8x8 array, twice the multipliers, with four
-        # softmax units: the fastest reference layer, but nextpnr takes about half an hour.
+        # softmax units: the fastest reference layer, but nextpnr takes half an hour to an hour.
         "ulx3s_8x8": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=8,
                                   softmax_units=4, dsp="ecp5_registered"),
         # ULX3S (ECP5-85F): MiniLM-sized layers on a 16x8 array of registered MULT18X18D
