@@ -263,9 +263,13 @@ class AttentionCore(wiring.Component):
         k_bank = [LaneBank(lanes=C, shape=signed(cfg.qkv_bits),
                            words=_ceil_div(lmax, C) * stride, queue_depth=0,
                            d_registered=C > 1) for c in range(C)]
-        # serializer i writes the X/Q and K banks b with b mod `self.serializers` = i
+        # serializer i writes the X/Q and K banks b with b mod `self.serializers` = i; a row's
+        # tag says which: b // `self.serializers`, and 1 above it for K
+        ls = _log2(self.serializers)
+        sel_bits = _log2(max(R, C)) - ls
         serializer = [LaneSerializer(lanes=C, shape=xq_shape,
-                                     words=max(b.words for b in xq_bank[:1] + k_bank[:1]))
+                                     words=max(b.words for b in xq_bank[:1] + k_bank[:1]),
+                                     tag_bits=sel_bits + 1)
                       for i in range(self.serializers)]
         for name, units in (("xq", xq_bank), ("k", k_bank), ("serializer", serializer)):
             for i, unit in enumerate(units):
@@ -873,7 +877,6 @@ class AttentionCore(wiring.Component):
         # retires into that bank's serializer once that one is free.
         to_xq, to_k, to_bank, dest_free = Signal(), Signal(), Signal(), Signal()
         dest = Signal(range(max(R, C)))
-        ls = _log2(self.serializers)
         m.d.comb += [
             to_xq.eq(valid_row & (((ctrl.op == _PROJ) & (ctrl.target == 0))
                                   | (ctrl.op == _PV))),
@@ -910,24 +913,18 @@ class AttentionCore(wiring.Component):
                                            clamp(res[c], cfg.head_bits).as_signed(),
                                            clamp(res[c], cfg.qkv_bits).as_signed()))
         for i, unit in enumerate(serializer):
-            # the bank of the row it writes, among those it serves
-            sel = Signal(range(max(1, max(R, C) >> ls)), name=f"serializer_{i}_bank")
-            if C == 1:          # the serializer passes its row straight through
-                m.d.comb += sel.eq(dest >> ls)
-            else:
-                with m.If(unit.i_stream.valid & unit.i_stream.ready):
-                    m.d.sync += sel.eq(dest >> ls)
             m.d.comb += [
                 unit.i_stream.valid.eq(res_valid & to_bank & (dest[:ls] == i)),
                 unit.i_stream.payload.word.eq(Mux(to_k, at(token >> lc, ctrl.hword), xq_word)),
                 unit.i_stream.payload.data.eq(bank_row),
                 unit.i_stream.payload.mask.eq(ctrl.cols),
-                unit.i_stream.payload.tag.eq(to_k),
+                unit.i_stream.payload.tag.eq(Cat(dest[ls:ls + sel_bits], to_k)),
             ]
-            for bank, en in ((xq_bank, ~unit.tag), (k_bank, unit.tag)):
+            for bank, is_k in ((xq_bank, 0), (k_bank, 1)):
                 for b in range(i, len(bank), self.serializers):
                     m.d.comb += [bank[b].d_addr.eq(unit.addr), bank[b].d_data.eq(unit.data),
-                                 bank[b].d_en.eq(unit.en & en & (sel == b >> ls))]
+                                 bank[b].d_en.eq(unit.en
+                                                 & (unit.tag == (b >> ls | is_k << sel_bits)))]
         port = v_mem.write_port(granularity=1)
         m.d.comb += [port.addr.eq(at(token, ctrl.hword)),
                      port.data.eq(lanes_of(cfg.qkv_bits)),

@@ -24,15 +24,15 @@ from amaranth.utils import ceil_log2
 __all__ = ["LaneBank", "LaneSerializer", "row_layout"]
 
 
-def row_layout(lanes: int, shape, words: int) -> data.StructLayout:
+def row_layout(lanes: int, shape, words: int, tag_bits: int = 1) -> data.StructLayout:
     """A row written into a :class:`LaneBank`: ``word`` (its address in rows), ``data`` (one
     value per lane), ``mask`` (the lanes to write) and ``tag`` (reported by ``tag_done`` once
-    the row is in the memory)."""
+    the row is in the memory; a :class:`LaneSerializer` passes ``tag_bits`` of it along)."""
     return data.StructLayout({
         "word": unsigned(max(1, ceil_log2(words))),
         "data": data.ArrayLayout(shape, lanes),
         "mask": unsigned(lanes),
-        "tag": 1,
+        "tag": unsigned(tag_bits),
     })
 
 
@@ -183,6 +183,8 @@ class LaneSerializer(wiring.Component):
     ----------
     lanes, shape, words :
         As :class:`LaneBank`'s.
+    tag_bits : int
+        Width of the rows' ``tag``.
 
     Members
     -------
@@ -193,20 +195,20 @@ class LaneSerializer(wiring.Component):
         One value a cycle for ``d_addr``, ``d_data`` and ``d_en``: lane ``l`` of a row at
         ``word * lanes + l``, the lanes in order up to the row's last masked one. A row with
         no lane set is written in no cycle.
-    tag : Out(1)
-        The ``tag`` of the row being written (e.g. which of two banks takes it).
+    tag : Out(tag_bits)
+        The ``tag`` of the row being written (e.g. which of the banks on the bus takes it).
     """
 
-    def __init__(self, *, lanes: int, shape, words: int):
+    def __init__(self, *, lanes: int, shape, words: int, tag_bits: int = 1):
         _check_lanes_words(lanes, words)
         self.lanes, self.shape, self.words = lanes, Shape.cast(shape), words
         depth = words * lanes
         super().__init__({
-            "i_stream": In(stream.Signature(row_layout(lanes, shape, words))),
+            "i_stream": In(stream.Signature(row_layout(lanes, shape, words, tag_bits))),
             "addr": Out(range(max(depth, 2))),
             "data": Out(shape),
             "en": Out(1),
-            "tag": Out(1),
+            "tag": Out(tag_bits),
         })
 
     def elaborate(self, platform):
