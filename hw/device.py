@@ -134,10 +134,14 @@ class DeviceMap:
 class RegionReader(wiring.Component):
     """Streams a region out from word 0, one beat of ``words_per_beat`` words per beat.
 
+    Every word read from the memory lands in a register first (two cycles from address to
+    data), so the memory's slow output (about 6 ns on an ECP5 DP16KD) drives one short wire,
+    not the way across the die to the core.
+
     With ``queued`` (the default), one beat per ``words_per_beat`` cycles while the consumer is
-    ready: behind a 4-beat queue for 1 or 2 words per beat, one output register for more. With
-    ``queued=False`` always the output register: one beat per ``max(3, words_per_beat)``
-    cycles, for a stream whose rate does not matter (the constants, one beat per tile).
+    ready: behind an 8-beat queue for 1 or 2 words per beat, one output register for more (one
+    beat per ``max(4, words_per_beat)`` cycles). With ``queued=False`` always the output
+    register, for a stream whose rate does not matter (the constants, one beat per tile).
     ``restart`` (a cycle pulse) goes back to word 0 and drops what was fetched. Reading stops
     at the end of the region.
     """
@@ -155,8 +159,12 @@ class RegionReader(wiring.Component):
         spec, region = self.spec, self.spec.region
         k, width = spec.words_per_beat, region.width
         addr = Signal(range(region.depth + 1))
-        pending = Signal()                     # a word was read last cycle
-        part = Signal(range(k))                # index of the word read last cycle in its beat
+        # A word goes through two stages: the memory's output (read last cycle), then `data`.
+        in_mem = Signal()                      # a word was read last cycle
+        mem_part = Signal(range(k))            # index of that word in its beat
+        pending = Signal()                     # `data` holds a word (read two cycles ago)
+        part = Signal(range(k))                # index of that word in its beat
+        data = Signal(width)
         issue_part = Signal(range(k))          # index in its beat of the word read now
         assembled = Signal(width * max(1, k - 1))
         issue = Signal()
@@ -167,24 +175,27 @@ class RegionReader(wiring.Component):
             self.mem.r_en.eq(issue),
         ]
         if self.queued and k < 3:
-            # A beat every cycle or every other one: a queue of 4 beats, which the beat in
-            # flight (read last cycle) and the one read now must fit in.
+            # A beat every cycle or every other one: a queue of 8 beats, which the words in
+            # flight (in the memory's output and in `data`) and the one read now must fit in.
             m.submodules.queue = queue = ResetInserter(self.restart)(
-                BlockRAMFIFO(width=spec.beat_bits, depth=4))
-            m.d.comb += [issue.eq(more & (queue.level + pending < 4)),
+                BlockRAMFIFO(width=spec.beat_bits, depth=8))
+            m.d.comb += [issue.eq(more & (queue.level + pending + in_mem < 8)),
                          self.o_stream.valid.eq(queue.r_rdy),
                          self.o_stream.payload.eq(queue.r_data),
                          queue.r_en.eq(self.o_stream.ready)]
             w_data, w_en = queue.w_data, queue.w_en
         else:
             # One output register. The last word of a beat is read only while the register is
-            # empty and is not being filled, so it always finds the register free; with a
-            # consumer that is always ready the register is free again two cycles after it
-            # filled, in time for the next last word when a beat has 3 words or more.
+            # empty and neither being filled nor about to be (no last word in the memory's
+            # output), so it always finds the register free; with a consumer that is always
+            # ready the register is free again two cycles after it filled, in time for the
+            # next last word when a beat has 4 words or more.
             out = Signal(spec.beat_bits)
             out_valid = Signal()
             w_data, w_en = Signal(spec.beat_bits), Signal()
-            m.d.comb += [issue.eq(more & ((issue_part != k - 1) | ~(out_valid | w_en))),
+            last_in_mem = in_mem & (mem_part == k - 1)
+            m.d.comb += [issue.eq(more & ((issue_part != k - 1)
+                                          | ~(out_valid | w_en | last_in_mem))),
                          self.o_stream.valid.eq(out_valid),
                          self.o_stream.payload.eq(out)]
             with m.If(self.o_stream.ready):
@@ -194,23 +205,25 @@ class RegionReader(wiring.Component):
             with m.If(self.restart):
                 m.d.sync += out_valid.eq(0)
         if k == 1:
-            m.d.comb += [w_data.eq(self.mem.r_data), w_en.eq(pending)]
+            m.d.comb += [w_data.eq(data), w_en.eq(pending)]
         else:
             # Words arrive in order: word p of a beat goes to its own slot of `assembled`, and
-            # the last word goes straight from the memory into the queue or register beside
-            # the others (no shifter between the memory and the beat).
+            # the last word goes straight from `data` into the queue or register beside the
+            # others (no shifter between the memory and the beat).
             with m.If(pending):
                 for p in range(k - 1):
                     with m.If(part == p):
-                        m.d.sync += assembled[width * p:width * (p + 1)].eq(self.mem.r_data)
-            m.d.comb += [w_data.eq(Cat(assembled[:width * (k - 1)], self.mem.r_data)),
+                        m.d.sync += assembled[width * p:width * (p + 1)].eq(data)
+            m.d.comb += [w_data.eq(Cat(assembled[:width * (k - 1)], data)),
                          w_en.eq(pending & (part == k - 1))]
             with m.If(issue):
-                m.d.sync += [part.eq(issue_part),
+                m.d.sync += [mem_part.eq(issue_part),
                              issue_part.eq(Mux(issue_part == k - 1, 0, issue_part + 1))]
+            m.d.sync += part.eq(mem_part)
         with m.If(issue):
             m.d.sync += addr.eq(addr + 1)
-        m.d.sync += pending.eq(issue)
+        m.d.sync += [in_mem.eq(issue), pending.eq(in_mem & ~self.restart),
+                     data.eq(self.mem.r_data)]
         with m.If(self.restart):
             m.d.sync += [addr.eq(0), issue_part.eq(0)]
         return m
