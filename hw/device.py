@@ -43,6 +43,7 @@ from .core import COUNTERS, AttentionCore
 from .core_io import lanes_layout, param_layout, run_args_layout
 from .fifo import BlockRAMFIFO
 from .hostlink import HostLink, connect_host, host_ports, region_signature
+from .target import is_ice40
 
 __all__ = ["DeviceMap", "StreamRegion", "RegionReader", "RegionWriter", "AttentionDevice",
            "STATUS_OK", "STATUS_BAD_ARGS", "STATUS_OVERFLOW"]
@@ -134,20 +135,22 @@ class DeviceMap:
 class RegionReader(wiring.Component):
     """Streams a region out from word 0, one beat of ``words_per_beat`` words per beat.
 
-    Every word read from the memory lands in a register first (two cycles from address to
-    data), so the memory's slow output (about 6 ns on an ECP5 DP16KD) drives one short wire,
-    not the way across the die to the core.
+    With ``registered`` (the default), every word read from the memory lands in a register
+    first (two cycles from address to data), so the memory's slow output (about 6 ns on an ECP5
+    DP16KD) drives one short wire, not the way across the die to the core. Without, the memory's
+    output goes straight into the beat (for the iCE40, which has no cells to spare).
 
     With ``queued`` (the default), one beat per ``words_per_beat`` cycles while the consumer is
-    ready: behind an 8-beat queue for 1 or 2 words per beat, one output register for more (one
-    beat per ``max(4, words_per_beat)`` cycles). With ``queued=False`` always the output
-    register, for a stream whose rate does not matter (the constants, one beat per tile).
-    ``restart`` (a cycle pulse) goes back to word 0 and drops what was fetched. Reading stops
-    at the end of the region.
+    ready: behind a queue (8 beats registered, 4 not) for 1 or 2 words per beat, one output
+    register for more (one beat per ``max(4, words_per_beat)`` cycles registered,
+    ``max(3, words_per_beat)`` not). With ``queued=False`` always the output register, for a
+    stream whose rate does not matter (the constants, one beat per tile). ``restart`` (a cycle
+    pulse) goes back to word 0 and drops what was fetched. Reading stops at the end of the
+    region.
     """
 
-    def __init__(self, spec: StreamRegion, *, queued: bool = True):
-        self.spec, self.queued = spec, queued
+    def __init__(self, spec: StreamRegion, *, queued: bool = True, registered: bool = True):
+        self.spec, self.queued, self.registered = spec, queued, registered
         super().__init__({
             "mem": Out(region_signature(spec.region, "r")),
             "o_stream": Out(stream.Signature(spec.beat_bits)),
@@ -159,12 +162,16 @@ class RegionReader(wiring.Component):
         spec, region = self.spec, self.spec.region
         k, width = spec.words_per_beat, region.width
         addr = Signal(range(region.depth + 1))
-        # A word goes through two stages: the memory's output (read last cycle), then `data`.
+        # A word goes through the memory's output (read last cycle), then, registered, `data`.
         in_mem = Signal()                      # a word was read last cycle
         mem_part = Signal(range(k))            # index of that word in its beat
-        pending = Signal()                     # `data` holds a word (read two cycles ago)
+        pending = Signal()                     # `data` holds a word
         part = Signal(range(k))                # index of that word in its beat
         data = Signal(width)
+        stage = m.d.sync if self.registered else m.d.comb
+        stage += [pending.eq(in_mem & ~self.restart), part.eq(mem_part),
+                  data.eq(self.mem.r_data)]
+        in_flight = pending + in_mem if self.registered else in_mem
         issue_part = Signal(range(k))          # index in its beat of the word read now
         assembled = Signal(width * max(1, k - 1))
         issue = Signal()
@@ -175,11 +182,12 @@ class RegionReader(wiring.Component):
             self.mem.r_en.eq(issue),
         ]
         if self.queued and k < 3:
-            # A beat every cycle or every other one: a queue of 8 beats, which the words in
-            # flight (in the memory's output and in `data`) and the one read now must fit in.
+            # A beat every cycle or every other one: a queue that the words in flight (in the
+            # memory's output and in `data`) and the one read now must fit in.
+            depth = 8 if self.registered else 4
             m.submodules.queue = queue = ResetInserter(self.restart)(
-                BlockRAMFIFO(width=spec.beat_bits, depth=8))
-            m.d.comb += [issue.eq(more & (queue.level + pending + in_mem < 8)),
+                BlockRAMFIFO(width=spec.beat_bits, depth=depth))
+            m.d.comb += [issue.eq(more & (queue.level + in_flight < depth)),
                          self.o_stream.valid.eq(queue.r_rdy),
                          self.o_stream.payload.eq(queue.r_data),
                          queue.r_en.eq(self.o_stream.ready)]
@@ -188,8 +196,7 @@ class RegionReader(wiring.Component):
             # One output register. The last word of a beat is read only while the register is
             # empty and neither being filled nor about to be (no last word in the memory's
             # output), so it always finds the register free; with a consumer that is always
-            # ready the register is free again two cycles after it filled, in time for the
-            # next last word when a beat has 4 words or more.
+            # ready the register is free again two cycles after it filled.
             out = Signal(spec.beat_bits)
             out_valid = Signal()
             w_data, w_en = Signal(spec.beat_bits), Signal()
@@ -219,11 +226,9 @@ class RegionReader(wiring.Component):
             with m.If(issue):
                 m.d.sync += [mem_part.eq(issue_part),
                              issue_part.eq(Mux(issue_part == k - 1, 0, issue_part + 1))]
-            m.d.sync += part.eq(mem_part)
         with m.If(issue):
             m.d.sync += addr.eq(addr + 1)
-        m.d.sync += [in_mem.eq(issue), pending.eq(in_mem & ~self.restart),
-                     data.eq(self.mem.r_data)]
+        m.d.sync += in_mem.eq(issue)
         with m.If(self.restart):
             m.d.sync += [addr.eq(0), issue_part.eq(0)]
         return m
@@ -317,9 +322,10 @@ class AttentionDevice(wiring.Component):
         m.submodules.core = core = ResetInserter(reset)(self.core)
         readers = {}
         for name in ("params", "x", "w"):
-            # the constants go into the core's memory once per run: no queue for them
-            readers[name] = ResetInserter(reset)(RegionReader(self.map.streams[name],
-                                                              queued=name != "params"))
+            # the constants go into the core's memory once per run: no queue for them; on an
+            # iCE40 the memory's output is fast enough and the cells are scarce: no register
+            readers[name] = ResetInserter(reset)(RegionReader(
+                self.map.streams[name], queued=name != "params", registered=not is_ice40(platform)))
             m.submodules[f"read_{name}"] = readers[name]
             wiring.connect(m, readers[name].mem, link.region_port(name))
         m.submodules.write_y = writer = ResetInserter(reset)(RegionWriter(self.map.streams["y"]))

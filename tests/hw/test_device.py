@@ -61,9 +61,9 @@ def test_map_too_large():
 # -- readers and writers -------------------------------------------------------------------------
 
 class _ReaderBench(wiring.Component):
-    def __init__(self, spec, contents, queued=True):
+    def __init__(self, spec, contents, queued=True, registered=True):
         self.spec, self.contents = spec, contents
-        self.reader = RegionReader(spec, queued=queued)
+        self.reader = RegionReader(spec, queued=queued, registered=registered)
         super().__init__({"o_stream": Out(stream.Signature(spec.beat_bits)), "restart": In(1)})
 
     def elaborate(self, platform):
@@ -80,17 +80,18 @@ class _ReaderBench(wiring.Component):
         return m
 
 
+@pytest.mark.parametrize("registered", [True, False])
 @pytest.mark.parametrize("queued", [True, False])
 @pytest.mark.parametrize("words_per_beat,stall", [(1, 0.0), (1, 0.5), (2, 0.3), (3, 0.0),
                                                   (3, 0.4), (4, 0.6), (5, 0.2)])
-def test_reader(words_per_beat, stall, queued):
+def test_reader(words_per_beat, stall, queued, registered):
     width = 10
     spec = StreamRegion(P.Region("r", width, 12 * words_per_beat), width * words_per_beat - 3,
                         words_per_beat)
     rng = random.Random(words_per_beat)
     contents = [rng.getrandbits(width) for _ in range(spec.region.depth)]
     beats = [b & ((1 << spec.beat_bits) - 1) for b in spec.to_beats(contents)]
-    dut = _ReaderBench(spec, contents, queued)
+    dut = _ReaderBench(spec, contents, queued, registered)
     got = []
 
     def benches():
@@ -103,21 +104,23 @@ def test_reader(words_per_beat, stall, queued):
             got.extend(await get_all(ctx, dut.o_stream, 12, Pattern(stall, 4)))
         return [bench]
 
-    run_simulation(dut, benches, f"reader_{words_per_beat}_{stall}_{queued}",
+    run_simulation(dut, benches, f"reader_{words_per_beat}_{stall}_{queued}_{registered}",
                    deadline_cycles=2000)
     assert_equal("reader beats", beats[:5] + beats, got)
 
 
+@pytest.mark.parametrize("registered", [True, False])
 @pytest.mark.parametrize("queued", [True, False])
 @pytest.mark.parametrize("words_per_beat", [1, 2, 3, 4])
-def test_reader_rate(words_per_beat, queued):
+def test_reader_rate(words_per_beat, queued, registered):
     """With a consumer that is always ready, a beat every ``words_per_beat`` cycles behind the
-    queue (1 or 2 words per beat), at least every 4 behind the output register."""
+    queue (1 or 2 words per beat), at least every 4 behind the output register (3 without the
+    data register)."""
     width = 8
     spec = StreamRegion(P.Region("r", width, 16 * words_per_beat), width * words_per_beat,
                         words_per_beat)
     contents = list(range(spec.region.depth))
-    dut = _ReaderBench(spec, contents, queued)
+    dut = _ReaderBench(spec, contents, queued, registered)
     cycles = []
 
     def benches():
@@ -125,9 +128,11 @@ def test_reader_rate(words_per_beat, queued):
             await get_all(ctx, dut.o_stream, 16, cycles=cycles)
         return [bench]
 
-    run_simulation(dut, benches, f"reader_rate_{words_per_beat}_{queued}", deadline_cycles=500)
+    run_simulation(dut, benches, f"reader_rate_{words_per_beat}_{queued}_{registered}",
+                   deadline_cycles=500)
     gaps = {b - a for a, b in zip(cycles[1:], cycles[2:])}
-    expected = words_per_beat if queued and words_per_beat < 3 else max(4, words_per_beat)
+    expected = (words_per_beat if queued and words_per_beat < 3
+                else max(3 + registered, words_per_beat))
     assert gaps == {expected}, f"cycles between beats: {sorted(gaps)}"
 
 
