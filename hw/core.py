@@ -690,7 +690,7 @@ class AttentionCore(wiring.Component):
             "op": unsigned(2), "rows": unsigned(R),
             "cols": unsigned(C), "first": 1, "last": 1, "wsrc": 1,
         }))
-        f1_w = Signal(lanes_layout(cfg, cfg.w_bits))
+        f1_w = Signal(lanes_layout(cfg, cfg.w_bits), reset_less=True)
         with m.If(adv):
             m.d.sync += [f1_valid.eq(issue), f2_valid.eq(f1_valid)]
         with m.If(issue):
@@ -720,12 +720,16 @@ class AttentionCore(wiring.Component):
         m.d.comb += [v_rd.addr.eq(at(k, pv_base + blk)),
                      v_rd.en.eq(adv)]
 
-        # F1: the memories' words into registers
+        # F1: the memories' words into registers (data without a reset: `f2_valid` says
+        # whether they hold anything, and the core's reset net stays short)
         f2 = Signal.like(f1)
-        xq_q = [Signal.like(xq_bank[r].r_data, name=f"xq_q_{r}") for r in range(R)]
-        p_q = [Signal.like(p_rd[r].data, name=f"p_q_{r}") for r in range(R)]
-        k_q = [Signal.like(k_bank[c].r_data, name=f"k_q_{c}") for c in range(C)]
-        v_q, wb_q, f2_w = Signal.like(v_rd.data), Signal.like(wb_r.data), Signal.like(f1_w)
+        xq_q = [Signal.like(xq_bank[r].r_data, name=f"xq_q_{r}", reset_less=True)
+                for r in range(R)]
+        p_q = [Signal.like(p_rd[r].data, name=f"p_q_{r}", reset_less=True) for r in range(R)]
+        k_q = [Signal.like(k_bank[c].r_data, name=f"k_q_{c}", reset_less=True)
+               for c in range(C)]
+        v_q, wb_q, f2_w = (Signal.like(v, name=name, reset_less=True) for v, name in
+                           ((v_rd.data, "v_q"), (wb_r.data, "wb_q"), (f1_w, "f2_w")))
         with m.If(adv):
             m.d.sync += [f2.eq(f1), v_q.eq(v_rd.data), wb_q.eq(wb_r.data), f2_w.eq(f1_w)]
             m.d.sync += [q.eq(word) for q, word in zip(
@@ -988,7 +992,7 @@ class AttentionCore(wiring.Component):
                 m.d.sync += [busy[u].eq(0), j.eq(0), row.eq(0)]
             with m.Elif(block_start):
                 m.d.sync += busy[u].eq(1)
-            s_q = Signal.like(s_rd.data, name=f"sm_word_{u}")
+            s_q = Signal.like(s_rd.data, name=f"sm_word_{u}", reset_less=True)
             with m.If(sm_adv):
                 m.d.sync += [f1.eq(issue_sm), f2.eq(f1), info2.eq(info), s_q.eq(s_rd.data)]
             with m.If(issue_sm):

@@ -167,13 +167,13 @@ class RegionReader(wiring.Component):
         mem_part = Signal(range(k))            # index of that word in its beat
         pending = Signal()                     # `data` holds a word
         part = Signal(range(k))                # index of that word in its beat
-        data = Signal(width)
+        data = Signal(width, reset_less=True)
         stage = m.d.sync if self.registered else m.d.comb
         stage += [pending.eq(in_mem & ~self.restart), part.eq(mem_part),
                   data.eq(self.mem.r_data)]
         in_flight = pending + in_mem if self.registered else in_mem
         issue_part = Signal(range(k))          # index in its beat of the word read now
-        assembled = Signal(width * max(1, k - 1))
+        assembled = Signal(width * max(1, k - 1), reset_less=True)
         issue = Signal()
         more = Signal()
         m.d.comb += [
@@ -197,7 +197,7 @@ class RegionReader(wiring.Component):
             # empty and neither being filled nor about to be (no last word in the memory's
             # output), so it always finds the register free; with a consumer that is always
             # ready the register is free again two cycles after it filled.
-            out = Signal(spec.beat_bits)
+            out = Signal(spec.beat_bits, reset_less=True)
             out_valid = Signal()
             w_data, w_en = Signal(spec.beat_bits), Signal()
             last_in_mem = in_mem & (mem_part == k - 1)

@@ -123,8 +123,9 @@ class LaneBank(wiring.Component):
         # direct writes (registered) first; the queue's writes (below) only in cycles without
         d_addr, d_data, d_en = self.d_addr, self.d_data, self.d_en
         if self.d_registered:
-            d_addr, d_data, d_en = (Signal.like(s, name=s.name + "_r")
-                                    for s in (self.d_addr, self.d_data, self.d_en))
+            d_addr, d_data = (Signal.like(s, name=s.name + "_r", reset_less=True)
+                              for s in (self.d_addr, self.d_data))
+            d_en = Signal.like(self.d_en, name="d_en_r")
             m.d.sync += [d_addr.eq(self.d_addr), d_data.eq(self.d_data), d_en.eq(self.d_en)]
             m.d.comb += self.d_pending.eq(d_en)
         m.d.comb += [wr.addr.eq(d_addr), wr.data.eq(d_data), wr.en.eq(d_en)]
@@ -223,15 +224,17 @@ class LaneSerializer(wiring.Component):
 
         # The row shifts down a lane a cycle: lane 0 of `values` and bit 0 of `mask` are the
         # value being written; the row is done when no masked lane is left.
-        values = Signal(data.ArrayLayout(self.shape, lanes))
+        # (only `mask` has a reset: the rest means nothing while it is 0)
+        values = Signal(data.ArrayLayout(self.shape, lanes), reset_less=True)
         mask = Signal(lanes)
-        word, lane = Signal.like(row.word), Signal(ll)
+        word, lane = Signal.like(row.word, reset_less=True), Signal(ll, reset_less=True)
+        tag = Signal.like(self.tag, reset_less=True)
         m.d.comb += [self.i_stream.ready.eq(mask == 0),
                      self.addr.eq(Cat(lane, word)), self.data.eq(values[0]),
-                     self.en.eq(mask[0])]
+                     self.en.eq(mask[0]), self.tag.eq(tag)]
         with m.If(self.i_stream.valid & self.i_stream.ready):
             m.d.sync += [values.eq(row.data), mask.eq(row.mask), word.eq(row.word),
-                         lane.eq(0), self.tag.eq(row.tag)]
+                         lane.eq(0), tag.eq(row.tag)]
         with m.Elif(mask != 0):
             m.d.sync += [values.eq(values.as_value() >> self.shape.width), mask.eq(mask >> 1),
                          lane.eq(lane + 1)]
