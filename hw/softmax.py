@@ -194,7 +194,7 @@ class Softmax(wiring.Component):
         in_ptr = Signal(ptr_bits)
         in_first = Signal(init=1)       # the next element starts a row
         in_len = Signal(lb)
-        in_max = Signal(sb)             # offset-binary key of the row maximum
+        in_max = Signal(sb, reset_less=True)  # offset-binary key of the row maximum
         in_push = Signal()
         score_w = scores.write_port()
         m.d.comb += [
@@ -218,7 +218,7 @@ class Softmax(wiring.Component):
         # -- stage 2: exponent and row sum ---------------------------------------------------
         ex_left = Signal(lb)            # elements of the current row still to issue
         ex_active = Signal()            # ex_left != 0
-        ex_max = Signal(signed(sb))
+        ex_max = Signal(signed(sb), reset_less=True)
         ex_ptr = Signal(ptr_bits)
         ex_last = Signal()
         ex_issue = Signal()
@@ -305,7 +305,7 @@ class Softmax(wiring.Component):
         # queued as 1, so that every probability of the row is 0 // 1 = 0.
         ex_wptr = Signal(ptr_bits)
         ex_first = Signal(init=1)       # the next exponent starts a row
-        ex_sum = Signal(sumb)
+        ex_sum = Signal(sumb, reset_less=True)
         ex_count = Signal(lb)
         ex_nonzero = Signal()
         ex_push = Signal()
@@ -329,7 +329,7 @@ class Softmax(wiring.Component):
         m.d.comb += advance.eq(divider.i_stream.ready)
         nm_left = Signal(lb)
         nm_active = Signal()
-        nm_sum = Signal(sumb)
+        nm_sum = Signal(sumb, reset_less=True)
         nm_ptr = Signal(ptr_bits)
         nm_last = Signal()
         nm_issue = Signal()
