@@ -470,6 +470,7 @@ class AttentionCore(wiring.Component):
         # op's row block, `blk`): a read address is then one register plus `k_word`.
         a_base = Signal(range(2 * q_base + 1))
         k_base = Signal(range(_ceil_div(lmax, C) * stride + 1))
+        v_word = Signal(wpt_bits + 1)          # PV: the V word of the op's column block
 
         # projection loop (matrix, head, block) and its head base word
         pj_m, pj_h, pj_j = Signal(range(3)), Signal(range(hmax)), Signal(range(dmax + 1))
@@ -552,7 +553,7 @@ class AttentionCore(wiring.Component):
                     start_tile(s_base)
                 with m.Elif(~pv_end & sm_ready):
                     m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
-                                 rem_rows.eq(L - (pv_rb << lr))]
+                                 rem_rows.eq(L - (pv_rb << lr)), v_word.eq(pv_base)]
                     start_tile(pv_base)
             with m.Elif(phase_out & ~out_issued):
                 m.d.sync += [cur_op.eq(_OUT), rb.eq(0), rem_rows.eq(L),
@@ -635,7 +636,8 @@ class AttentionCore(wiring.Component):
                             m.d.sync += [s_h.eq(s_h + 1), s_base.eq(s_base + wph)]
                 with m.Case(_PV):
                     with m.If(blk + 1 < wph):
-                        m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C)]
+                        m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
+                                     v_word.eq(v_word + 1)]
                     with m.Else():
                         m.d.sync += [cur_op.eq(7), pv_n.eq(pv_n + 1)]
                         with m.If(pv_h + 1 == H):
@@ -680,7 +682,7 @@ class AttentionCore(wiring.Component):
                              desc_in.slot.eq(s_n[0]),
                              desc_in.op_last.eq(blk + 1 == n_kb)]
             with m.Case(_PV):
-                m.d.comb += [desc_in.hword.eq(pv_base + blk), desc_in.head.eq(pv_h),
+                m.d.comb += [desc_in.hword.eq(v_word), desc_in.head.eq(pv_h),
                              desc_in.slot.eq(pv_n[0])]
             with m.Case(_OUT):
                 m.d.comb += desc_in.run_last.eq((ot_cb + 1 == wpd) & (rb + 1 == n_rb))
@@ -717,7 +719,7 @@ class AttentionCore(wiring.Component):
         for c in range(C):
             m.d.comb += [k_bank[c].r_addr.eq(Cat(k_lane[:lc], k_base + k_word)),
                          k_bank[c].r_en.eq(adv)]
-        m.d.comb += [v_rd.addr.eq(at(k, pv_base + blk)),
+        m.d.comb += [v_rd.addr.eq(at(k, v_word)),
                      v_rd.en.eq(adv)]
 
         # F1: the memories' words into registers (data without a reset: `f2_valid` says
