@@ -463,7 +463,7 @@ class AttentionCore(wiring.Component):
         rem_rows = Signal(range(lmax + 1))     # L - rb * R
         blk = Signal(range(max(lmax, dmax) + 1))
         rem_cols = Signal(range(max(lmax, dmax) + 1))
-        first, last = Signal(), Signal()
+        first, last = Signal(init=1), Signal()    # k == 0, k + 1 == red_len (below)
         tile = Signal(range(self.max_tiles + 1))
         # Word addresses of the current token block in the X/Q banks (Q at `q_base` up) and the
         # current key block in the K banks, kept beside the counters they follow (`rb` or the
@@ -535,14 +535,15 @@ class AttentionCore(wiring.Component):
         m.d.comb += issue.eq(can_issue)
         m.d.comb += self.w_stream.ready.eq(can_issue & want_w)
 
-        def start_tile(k_word_init):
-            m.d.sync += [k.eq(0), k_lane.eq(0), k_word.eq(k_word_init)]
+        def start_tile(k_word_init, reduction):
+            m.d.sync += [k.eq(0), k_lane.eq(0), k_word.eq(k_word_init), first.eq(1),
+                         last.eq(reduction == 1)]
 
         with m.If(cur_op == 7):
             with m.If(phase_proj & ~proj_done):
                 m.d.sync += [cur_op.eq(_PROJ), rb.eq(0), rem_rows.eq(L),
                              rem_cols.eq(d - (pj_j << lc)), a_base.eq(0)]
-                start_tile(0)
+                start_tile(0, D)
             with m.Elif(phase_att & ~att_done):
                 # S(s_n) while it is at most one ahead of PV; else PV(pv_n) once its
                 # probabilities are complete
@@ -550,16 +551,16 @@ class AttentionCore(wiring.Component):
                     m.d.sync += [cur_op.eq(_S), blk.eq(0), rem_cols.eq(L),
                                  rem_rows.eq(L - (s_rb << lr)),
                                  a_base.eq(q_base + at(s_rb, 0)), k_base.eq(0)]
-                    start_tile(s_base)
+                    start_tile(s_base, d)
                 with m.Elif(~pv_end & sm_ready):
                     m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
                                  rem_rows.eq(L - (pv_rb << lr)), v_word.eq(pv_base)]
-                    start_tile(pv_base)
+                    start_tile(pv_base, L)
             with m.Elif(phase_out & ~out_issued):
                 m.d.sync += [cur_op.eq(_OUT), rb.eq(0), rem_rows.eq(L),
                              rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
                              ot_base.eq(0), a_base.eq(0)]
-                start_tile(0)
+                start_tile(0, D)
 
         # reduction length and "first/last" of the current tile
         red_len = Signal(range(max(lmax, dmax) + 1))
@@ -570,7 +571,10 @@ class AttentionCore(wiring.Component):
                 m.d.comb += red_len.eq(d)
             with m.Case(_PV):
                 m.d.comb += red_len.eq(L)
-        m.d.comb += [first.eq(k == 0), last.eq(k + 1 == red_len)]
+        # `first` (k == 0) and `last` (k + 1 == red_len) are registers, set by `start_tile`
+        # and here, so that no comparison of `k` lies before `issue`
+        with m.If(issue):
+            m.d.sync += [first.eq(last), last.eq(Mux(last, red_len == 1, k + 2 == red_len))]
 
         # advance the reduction counters on every issued beat
         with m.If(issue):
