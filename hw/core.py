@@ -483,17 +483,22 @@ class AttentionCore(wiring.Component):
         pv_rb, pv_h, pv_base, pv_n = (Signal(range(lmax + 1)), Signal(range(hmax)),
                                       Signal(wpt_bits + 1), Signal(count))
         s_end, pv_end = Signal(), Signal()
+        s_lead = Signal(range(3))   # s_n - pv_n, kept beside them (no subtraction before issue)
         s_drained = Signal(count)   # S ops fully written to the score memory
         blocks_done = [Signal(count, name=f"sm_done_{u}") for u in range(U)]
+        # done - pv_n of each unit, kept beside them: 0, 1 or 2 (a unit finishes block n after
+        # S(n), which starts while n <= pv_n + 1; PV(pv_n) waits for every done > pv_n)
+        sm_ahead = [Signal(range(3), name=f"sm_ahead_{u}") for u in range(U)]
+        pv_ends = Signal()          # this cycle ends a PV op (pv_n moves on)
         sm_ready = Signal()         # every unit has written the probabilities of PV(pv_n)
-        m.d.comb += sm_ready.eq(Cat(done > pv_n for done in blocks_done).all())
+        m.d.comb += sm_ready.eq(Cat(ahead != 0 for ahead in sm_ahead).all())
         # output loop
         ot_cb = Signal(range(dmax + 1))
         ot_h, ot_j, ot_base = Signal(range(hmax)), Signal(range(dmax + 1)), Signal(wpt_bits + 1)
 
         with m.If(~running):
             m.d.sync += [cur_op.eq(7), pj_m.eq(0), pj_h.eq(0), pj_j.eq(0), pj_base.eq(0),
-                         s_rb.eq(0), s_h.eq(0), s_base.eq(0), s_n.eq(0), s_end.eq(0),
+                         s_rb.eq(0), s_h.eq(0), s_base.eq(0), s_n.eq(0), s_end.eq(0), s_lead.eq(0),
                          pv_rb.eq(0), pv_h.eq(0), pv_base.eq(0), pv_n.eq(0), pv_end.eq(0),
                          ot_cb.eq(0), tile.eq(0), proj_done.eq(0), att_done.eq(0),
                          out_issued.eq(0), rb.eq(0)]
@@ -547,7 +552,7 @@ class AttentionCore(wiring.Component):
             with m.Elif(phase_att & ~att_done):
                 # S(s_n) while it is at most one ahead of PV; else PV(pv_n) once its
                 # probabilities are complete
-                with m.If(~s_end & (s_n <= pv_n + 1)):
+                with m.If(~s_end & (s_lead <= 1)):
                     m.d.sync += [cur_op.eq(_S), blk.eq(0), rem_cols.eq(L),
                                  rem_rows.eq(L - (s_rb << lr)),
                                  a_base.eq(q_base + at(s_rb, 0)), k_base.eq(0)]
@@ -629,7 +634,7 @@ class AttentionCore(wiring.Component):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      k_word.eq(s_base), k_base.eq(k_base + stride)]
                     with m.Else():
-                        m.d.sync += [cur_op.eq(7), s_n.eq(s_n + 1)]
+                        m.d.sync += [cur_op.eq(7), s_n.eq(s_n + 1), s_lead.eq(s_lead + 1)]
                         with m.If(s_h + 1 == H):
                             m.d.sync += [s_h.eq(0), s_base.eq(0)]
                             with m.If(s_rb + 1 == n_rb):
@@ -643,7 +648,8 @@ class AttentionCore(wiring.Component):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      v_word.eq(v_word + 1)]
                     with m.Else():
-                        m.d.sync += [cur_op.eq(7), pv_n.eq(pv_n + 1)]
+                        m.d.sync += [cur_op.eq(7), pv_n.eq(pv_n + 1), s_lead.eq(s_lead - 1)]
+                        m.d.comb += pv_ends.eq(1)
                         with m.If(pv_h + 1 == H):
                             m.d.sync += [pv_h.eq(0), pv_base.eq(0)]
                             with m.If(pv_rb + 1 == n_rb):
@@ -1029,15 +1035,19 @@ class AttentionCore(wiring.Component):
                 m.d.comb += [port.addr.eq(Cat(po_j[:tok_bits], done[0])),
                              port.data.eq(softmax.o_stream.payload.prob),
                              port.en.eq(took_p & (po_row == i))]
+            block_done = Signal(name=f"sm_block_done_{u}")
+            m.d.comb += block_done.eq(took_p & softmax.o_stream.payload.last & (po_row == RU - 1))
             with m.If(~running):
-                m.d.sync += [po_j.eq(0), po_row.eq(0), done.eq(0)]
-            with m.Elif(took_p):
-                with m.If(softmax.o_stream.payload.last):
-                    m.d.sync += [po_j.eq(0), po_row.eq(po_row + 1)]
-                    with m.If(po_row == RU - 1):
-                        m.d.sync += [po_row.eq(0), done.eq(done + 1)]
-                with m.Else():
-                    m.d.sync += po_j.eq(po_j + 1)
+                m.d.sync += [po_j.eq(0), po_row.eq(0), done.eq(0), sm_ahead[u].eq(0)]
+            with m.Else():
+                m.d.sync += sm_ahead[u].eq(sm_ahead[u] + block_done - pv_ends)
+                with m.If(took_p):
+                    with m.If(softmax.o_stream.payload.last):
+                        m.d.sync += [po_j.eq(0), po_row.eq(po_row + 1)]
+                        with m.If(po_row == RU - 1):
+                            m.d.sync += [po_row.eq(0), done.eq(done + 1)]
+                    with m.Else():
+                        m.d.sync += po_j.eq(po_j + 1)
         m.d.comb += sm_beats.eq(sum(beats))
 
         # ---- output end and counters ----------------------------------------------------
@@ -1058,7 +1068,7 @@ class AttentionCore(wiring.Component):
                 m.d.sync += counters[4].eq(counters[4] + 1)
             with m.If(self.o_stream.valid & ~self.o_stream.ready):
                 m.d.sync += counters[5].eq(counters[5] + 1)
-            with m.If(phase_att & (cur_op == 7) & (s_end | (s_n > pv_n + 1)) & ~pv_end
+            with m.If(phase_att & (cur_op == 7) & (s_end | (s_lead > 1)) & ~pv_end
                       & ~sm_ready):
                 m.d.sync += counters[6].eq(counters[6] + 1)
         return m
