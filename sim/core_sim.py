@@ -70,13 +70,18 @@ def pack_streams(core: AttentionCore, streams: dict) -> dict:
 def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: float = 0.0,
                   seed: int = 0, core: AttentionCore | None = None, runs: int = 1,
                   name: str = "core", deadline_cycles: int | None = None,
-                  progress=None, record_probs: bool = False) -> CoreRun:
+                  progress=None, record_probs: bool = False,
+                  stuck_cycles: int = 20_000) -> CoreRun:
     """Simulate ``runs`` back-to-back runs of the core (the result is the last one's).
 
     ``stall`` is the probability of an idle cycle on each input stream and of backpressure on
     the output (0 = none). ``progress(cycles_done, ideal_cycles)`` is called every 5,000
     simulated cycles. ``record_probs`` watches the softmax units' outputs of the last run and
     returns them as ``probs``.
+
+    A run fails (``AssertionError``) once the core has been busy for ``stuck_cycles`` without
+    an array or softmax beat (a deadlock), or after ``deadline_cycles`` in all (by default 20
+    times the ideal cycles, more with stalls).
     """
     core = core or AttentionCore(cfg)
     streams = core_streams(cfg, model, x_int, causal=causal, valid_len=valid_len)
@@ -138,8 +143,21 @@ def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: flo
                     if values[2 * u]:
                         prob_beats[u].append(int(values[2 * u + 1]))
 
+    async def watchdog(ctx):        # a process: fails a run that stopped moving
+        step, still, last = 1000, 0, None
+        while True:
+            await ctx.delay((step - 1) * 1e-8)
+            _, _, busy, *values = await ctx.tick().sample(core.busy, *core.counters)
+            now = [values[COUNTERS.index(c)] for c in ("array_beats", "softmax_beats")]
+            still = still + step if busy and now == last else 0
+            last = now
+            if still >= stuck_cycles:
+                raise AssertionError(f"{name}: the core is busy but made no array or softmax "
+                                     f"beat for {still} cycles (deadlock); counters "
+                                     f"{dict(zip(COUNTERS, values))}")
+
     processes = ([reporter] if progress is not None else []) + ([recorder] if record_probs
-                                                                 else [])
+                                                                 else []) + [watchdog]
     macs = shape.macs()
     deadline = deadline_cycles or runs * (20 * macs // cfg.pes + 20_000) * (
         1 + int(20 * stall))
