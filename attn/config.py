@@ -346,10 +346,11 @@ def _make_presets() -> dict:
         # ULX3S board's preset: it builds in minutes.
         "ulx3s_8x4": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=4,
                                   softmax_units=2, dsp="ecp5_registered"),
-        # ULX3S (ECP5-85F): the same shape on an 8x8 array, twice the multipliers, with four
-        # softmax units: the fastest reference layer, but nextpnr takes half an hour to an hour.
+        # ULX3S (ECP5-85F): the same shape on an 8x8 array, twice the multipliers, with one
+        # softmax unit per array row (with four the array waited 5.4 % of the reference layer
+        # for them): the fastest reference layer, but nextpnr takes 20 to 40 minutes.
         "ulx3s_8x8": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=8,
-                                  softmax_units=4, dsp="ecp5_registered"),
+                                  softmax_units=8, dsp="ecp5_registered"),
         # ULX3S (ECP5-85F): MiniLM-sized layers on a 16x8 array of registered MULT18X18D
         # (128 of the 156 DSPs; the attention core needs power-of-two array sides).
         "ulx3s": base.replace(max_seq_len=64, max_d_model=384, max_heads=12, rows=16,
