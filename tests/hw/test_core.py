@@ -131,6 +131,25 @@ def test_core_back_to_back_runs():
     assert_equal("second run output y", expected.y, run.y)
 
 
+def test_core_sim_reports_a_deadlock(monkeypatch):
+    """Half the weights never come: the harness stops the run with the counters once the core
+    has stood still for ``stuck_cycles``, instead of waiting for its deadline."""
+    import sim.core_sim
+
+    cfg = preset("tiny")
+    qm, xi, _ = layer(cfg, 4, 8, 2, seed=5)
+    streams = sim.core_sim.core_streams
+
+    def starved(*args, **kwargs):
+        whole = streams(*args, **kwargs)
+        return {**whole, "w": whole["w"][:len(whole["w"]) // 2]}
+
+    monkeypatch.setattr(sim.core_sim, "core_streams", starved)
+    with pytest.raises(AssertionError, match=r"no array or softmax beat for 3000 cycles "
+                                             r"\(deadlock\); counters \{'cycles'"):
+        simulate_core(cfg, qm, xi, name="core_starved", stuck_cycles=3000)
+
+
 def test_core_recovers_from_reset_mid_run():
     """Reset during the projections; the next run (all streams sent again) is exact."""
     cfg = preset("tiny")
