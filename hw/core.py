@@ -483,7 +483,7 @@ class AttentionCore(wiring.Component):
         pv_rb, pv_h, pv_base, pv_n = (Signal(range(lmax + 1)), Signal(range(hmax)),
                                       Signal(wpt_bits + 1), Signal(count))
         s_end, pv_end = Signal(), Signal()
-        s_lead = Signal(range(3))   # s_n - pv_n, kept beside them (no subtraction before issue)
+        s_lead = Signal(range(3))   # s_n - pv_n, kept beside them (no subtraction in the op choice)
         s_drained = Signal(count)   # S ops fully written to the score memory
         blocks_done = [Signal(count, name=f"sm_done_{u}") for u in range(U)]
         # done - pv_n of each unit, kept beside them: 0, 1 or 2 (a unit finishes block n after
