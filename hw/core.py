@@ -475,22 +475,23 @@ class AttentionCore(wiring.Component):
         # projection loop (matrix, head, block) and its head base word
         pj_m, pj_h, pj_j = Signal(range(3)), Signal(range(hmax)), Signal(range(dmax + 1))
         pj_base = Signal(wpt_bits + 1)
-        # attention op counters: S and PV sequences, each with (rb, head, base word)
+        # attention op counters: S and PV sequences, each with (rb, head, base word) and the
+        # slot (score / P block parity) of the op: S(n) and PV(n) use slot n mod 2
         # (score blocks, one per row block and head, are counted in `count` signals)
         count = range(_ceil_div(lmax, R) * hmax + 1)
-        s_rb, s_h, s_base, s_n = (Signal(range(lmax + 1)), Signal(range(hmax)),
-                                  Signal(wpt_bits + 1), Signal(count))
-        pv_rb, pv_h, pv_base, pv_n = (Signal(range(lmax + 1)), Signal(range(hmax)),
-                                      Signal(wpt_bits + 1), Signal(count))
+        s_rb, s_h, s_base, s_slot = (Signal(range(lmax + 1)), Signal(range(hmax)),
+                                     Signal(wpt_bits + 1), Signal())
+        pv_rb, pv_h, pv_base, pv_slot = (Signal(range(lmax + 1)), Signal(range(hmax)),
+                                         Signal(wpt_bits + 1), Signal())
         s_end, pv_end = Signal(), Signal()
-        s_lead = Signal(range(3))   # s_n - pv_n, kept beside them (no subtraction in the op choice)
+        # S ops done minus PV ops done: 0, 1 or 2 (S(n) starts while n <= PV ops done + 1)
+        s_lead = Signal(range(3))
         s_drained = Signal(count)   # S ops fully written to the score memory
-        blocks_done = [Signal(count, name=f"sm_done_{u}") for u in range(U)]
-        # done - pv_n of each unit, kept beside them: 0, 1 or 2 (a unit finishes block n after
-        # S(n), which starts while n <= pv_n + 1; PV(pv_n) waits for every done > pv_n)
+        # blocks each softmax unit finished minus PV ops done: 0, 1 or 2 (a unit finishes
+        # block n after S(n); PV(n) waits until every unit finished block n)
         sm_ahead = [Signal(range(3), name=f"sm_ahead_{u}") for u in range(U)]
-        pv_ends = Signal()          # this cycle ends a PV op (pv_n moves on)
-        sm_ready = Signal()         # every unit has written the probabilities of PV(pv_n)
+        pv_ends = Signal()          # this cycle ends a PV op
+        sm_ready = Signal()         # every unit has written the probabilities of the next PV
         m.d.comb += sm_ready.eq(Cat(ahead != 0 for ahead in sm_ahead).all())
         # output loop
         ot_cb = Signal(range(dmax + 1))
@@ -498,8 +499,9 @@ class AttentionCore(wiring.Component):
 
         with m.If(~running):
             m.d.sync += [cur_op.eq(7), pj_m.eq(0), pj_h.eq(0), pj_j.eq(0), pj_base.eq(0),
-                         s_rb.eq(0), s_h.eq(0), s_base.eq(0), s_n.eq(0), s_end.eq(0), s_lead.eq(0),
-                         pv_rb.eq(0), pv_h.eq(0), pv_base.eq(0), pv_n.eq(0), pv_end.eq(0),
+                         s_rb.eq(0), s_h.eq(0), s_base.eq(0), s_slot.eq(0), s_end.eq(0),
+                         s_lead.eq(0), pv_rb.eq(0), pv_h.eq(0), pv_base.eq(0), pv_slot.eq(0),
+                         pv_end.eq(0),
                          ot_cb.eq(0), tile.eq(0), proj_done.eq(0), att_done.eq(0),
                          out_issued.eq(0), rb.eq(0)]
 
@@ -550,7 +552,7 @@ class AttentionCore(wiring.Component):
                              rem_cols.eq(d - (pj_j << lc)), a_base.eq(0)]
                 start_tile(0, D)
             with m.Elif(phase_att & ~att_done):
-                # S(s_n) while it is at most one ahead of PV; else PV(pv_n) once its
+                # the next S while it is at most one ahead of PV; else the next PV once its
                 # probabilities are complete
                 with m.If(~s_end & (s_lead <= 1)):
                     m.d.sync += [cur_op.eq(_S), blk.eq(0), rem_cols.eq(L),
@@ -634,7 +636,7 @@ class AttentionCore(wiring.Component):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      k_word.eq(s_base), k_base.eq(k_base + stride)]
                     with m.Else():
-                        m.d.sync += [cur_op.eq(7), s_n.eq(s_n + 1), s_lead.eq(s_lead + 1)]
+                        m.d.sync += [cur_op.eq(7), s_slot.eq(~s_slot), s_lead.eq(s_lead + 1)]
                         with m.If(s_h + 1 == H):
                             m.d.sync += [s_h.eq(0), s_base.eq(0)]
                             with m.If(s_rb + 1 == n_rb):
@@ -648,7 +650,7 @@ class AttentionCore(wiring.Component):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      v_word.eq(v_word + 1)]
                     with m.Else():
-                        m.d.sync += [cur_op.eq(7), pv_n.eq(pv_n + 1), s_lead.eq(s_lead - 1)]
+                        m.d.sync += [cur_op.eq(7), pv_slot.eq(~pv_slot), s_lead.eq(s_lead - 1)]
                         m.d.comb += pv_ends.eq(1)
                         with m.If(pv_h + 1 == H):
                             m.d.sync += [pv_h.eq(0), pv_base.eq(0)]
@@ -689,11 +691,11 @@ class AttentionCore(wiring.Component):
                              desc_in.run_last.eq(0)]
             with m.Case(_S):
                 m.d.comb += [desc_in.blk.eq(blk), desc_in.head.eq(s_h),
-                             desc_in.slot.eq(s_n[0]),
+                             desc_in.slot.eq(s_slot),
                              desc_in.op_last.eq(blk + 1 == n_kb)]
             with m.Case(_PV):
                 m.d.comb += [desc_in.hword.eq(v_word), desc_in.head.eq(pv_h),
-                             desc_in.slot.eq(pv_n[0])]
+                             desc_in.slot.eq(pv_slot)]
             with m.Case(_OUT):
                 m.d.comb += desc_in.run_last.eq((ot_cb + 1 == wpd) & (rb + 1 == n_rb))
 
@@ -724,7 +726,7 @@ class AttentionCore(wiring.Component):
             m.d.comb += [
                 xq_bank[r].r_addr.eq(Cat(k_lane[:lc], a_base + k_word)),
                 xq_bank[r].r_en.eq(adv),
-                p_rd[r].addr.eq(Cat(k[:tok_bits], pv_n[0])), p_rd[r].en.eq(adv),
+                p_rd[r].addr.eq(Cat(k[:tok_bits], pv_slot)), p_rd[r].en.eq(adv),
             ]
         for c in range(C):
             m.d.comb += [k_bank[c].r_addr.eq(Cat(k_lane[:lc], k_base + k_word)),
@@ -1024,28 +1026,28 @@ class AttentionCore(wiring.Component):
                 m.d.comb += sm_in.mask.eq(info2.mask)
             beats.append(softmax.i_stream.valid & softmax.i_stream.ready)
 
-            # probabilities -> the P banks of this unit's rows, counting finished blocks
+            # probabilities -> the P banks of this unit's rows, in the slot of its block
             po_j = Signal(range(lmax + 1), name=f"po_j_{u}")
             po_row = Signal(range(RU), name=f"po_row_{u}")
-            done = blocks_done[u]
+            p_slot = Signal(name=f"sm_p_slot_{u}")
             m.d.comb += softmax.o_stream.ready.eq(1)
             took_p = softmax.o_stream.valid
             for i in range(RU):
                 port = p_mem[u * RU + i].write_port()
-                m.d.comb += [port.addr.eq(Cat(po_j[:tok_bits], done[0])),
+                m.d.comb += [port.addr.eq(Cat(po_j[:tok_bits], p_slot)),
                              port.data.eq(softmax.o_stream.payload.prob),
                              port.en.eq(took_p & (po_row == i))]
             block_done = Signal(name=f"sm_block_done_{u}")
             m.d.comb += block_done.eq(took_p & softmax.o_stream.payload.last & (po_row == RU - 1))
             with m.If(~running):
-                m.d.sync += [po_j.eq(0), po_row.eq(0), done.eq(0), sm_ahead[u].eq(0)]
+                m.d.sync += [po_j.eq(0), po_row.eq(0), p_slot.eq(0), sm_ahead[u].eq(0)]
             with m.Else():
                 m.d.sync += sm_ahead[u].eq(sm_ahead[u] + block_done - pv_ends)
                 with m.If(took_p):
                     with m.If(softmax.o_stream.payload.last):
                         m.d.sync += [po_j.eq(0), po_row.eq(po_row + 1)]
                         with m.If(po_row == RU - 1):
-                            m.d.sync += [po_row.eq(0), done.eq(done + 1)]
+                            m.d.sync += [po_row.eq(0), p_slot.eq(~p_slot)]
                     with m.Else():
                         m.d.sync += po_j.eq(po_j + 1)
         m.d.comb += sm_beats.eq(sum(beats))

@@ -9,6 +9,7 @@ from attn import preset
 from golden import attention_int, calibrate, make_mask, quantize_input
 from hw.core import AttentionCore
 from hw.core_io import CoreShape, collect_output, core_streams
+from sim import core_sim
 from sim.amaranth_sim import run_simulation
 from sim.cocotb_runner import simulator_missing
 from sim.core_cocotb import run_core_hdl
@@ -134,17 +135,15 @@ def test_core_back_to_back_runs():
 def test_core_sim_reports_a_deadlock(monkeypatch):
     """Half the weights never come: the harness stops the run with the counters once the core
     has stood still for ``stuck_cycles``, instead of waiting for its deadline."""
-    import sim.core_sim
-
     cfg = preset("tiny")
     qm, xi, _ = layer(cfg, 4, 8, 2, seed=5)
-    streams = sim.core_sim.core_streams
+    streams = core_sim.core_streams
 
     def starved(*args, **kwargs):
         whole = streams(*args, **kwargs)
         return {**whole, "w": whole["w"][:len(whole["w"]) // 2]}
 
-    monkeypatch.setattr(sim.core_sim, "core_streams", starved)
+    monkeypatch.setattr(core_sim, "core_streams", starved)
     with pytest.raises(AssertionError, match=r"no array or softmax beat for 3000 cycles "
                                              r"\(deadlock\); counters \{'cycles'"):
         simulate_core(cfg, qm, xi, name="core_starved", stuck_cycles=3000)
