@@ -24,9 +24,10 @@ Streams
 Throughput and latency
 ----------------------
 One value per cycle: a row takes ``lanes`` cycles, so the unit keeps up with an
-``R x C`` array for reduction lengths ``K >= R * C``. A value leaves :attr:`latency` (5) cycles
-after its row and parameters are both valid (no stalls). One ``stall`` signal (output valid and
-not ready) freezes the five pipeline registers; nothing is lost or repeated.
+``R x C`` array for reduction lengths ``K >= R * C``. A value leaves :attr:`latency` cycles
+after its row and parameters are both valid (no stalls): 5, or 8 with ``"ecp5_registered"``.
+One ``stall`` signal (output valid and not ready) freezes the whole pipeline; nothing is lost
+or repeated.
 
 Multiplier
 ----------
@@ -34,9 +35,15 @@ Multiplier
 e.g. to iCE40 SB_MAC16 blocks). ``"slices"``: ``acc + bias`` cut into 17-bit slices, each slice
 times ``M`` as a ``*`` into its own register (one 18x18 DSP block each, ECP5's MULT18X18D, whose
 own registers Yosys leaves unused), the slices' products summed in the next stage: no carry
-chain shares a cycle with the multipliers. ``"shift_add"``: no ``*`` at all; partial products
-of 4 multiplier bits each are summed in the first stage and combined in the second (fabric
-only: for iCE40, whose eight SB_MAC16 are all taken by a 2x4 array).
+chain shares a cycle with the multipliers. ``"ecp5_registered"``: the same slices (and ``M`` in
+17-bit slices too), each pair of slices multiplied by a :class:`hw.dsp.Multiplier` of that style:
+a MULT18X18D with its input, pipeline and output registers and one fabric register after it
+(the behavioural model with the same four stages off ECP5, so simulation has the hardware's
+timing). Three more stages than ``"slices"``, but neither side of the DSP block shares a cycle
+with the route to it: with ``"slices"`` the requantizers' DSPs, placed far from their
+registers, were the critical path of routed 8x8 cores. ``"shift_add"``: no ``*`` at all;
+partial products of 4 multiplier bits each are summed in the first stage and combined in the
+second (fabric only: for iCE40, whose eight SB_MAC16 are all taken by a 2x4 array).
 
 Shift
 -----
@@ -53,15 +60,15 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .dsp import check_bits
+from .dsp import DSP_LATENCY, Multiplier, check_bits
 from .systolic import output_layout
 
 __all__ = ["Requantizer", "param_layout", "sum_width", "MULTIPLIERS"]
 
-MULTIPLIERS = ("infer", "slices", "shift_add")
+MULTIPLIERS = ("infer", "slices", "ecp5_registered", "shift_add")
 ROUNDINGS = ("half_up", "half_even")
 _CHUNK = 4  # multiplier bits per partial product of the shift-add multiplier
-_DSP_SLICE = 17  # bits of acc + bias per DSP partial product (unsigned, fits 18x18 signed)
+_DSP_SLICE = 17  # operand bits per DSP partial product (unsigned, fits 18x18 signed)
 
 
 def _shifted_sum(parts, bits: int):
@@ -105,7 +112,7 @@ class Requantizer(wiring.Component):
     rounding : str
         ``"half_up"`` or ``"half_even"`` (as :func:`golden.quant.round_shift`).
     multiplier : str
-        ``"infer"``, ``"slices"`` or ``"shift_add"``.
+        ``"infer"``, ``"slices"``, ``"ecp5_registered"`` or ``"shift_add"``.
 
     Members
     -------
@@ -118,8 +125,6 @@ class Requantizer(wiring.Component):
     TypeError, ValueError
         For an invalid parameter; the message names it and the value given.
     """
-
-    latency = 5
 
     def __init__(self, *, lanes: int, in_bits: int, bias_bits: int, mult_bits: int,
                  shift_bits: int, out_bits: int, rounding: str = "half_up",
@@ -156,6 +161,20 @@ class Requantizer(wiring.Component):
                    rounding=cfg.rounding, multiplier=multiplier)
 
     @property
+    def product_stages(self) -> int:
+        """Register stages from ``acc + bias`` (stage 1) to its product with ``M``: 2, or the
+        DSP block's latency plus the partial products' sum with ``"ecp5_registered"``."""
+        if self.multiplier == "ecp5_registered":
+            return DSP_LATENCY["ecp5_registered"] + 1
+        return 2
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a value's issue (its row and parameters valid, no stall) to its output:
+        ``acc + bias``, the product, the shift, the rounded and saturated result."""
+        return 1 + self.product_stages + 2
+
+    @property
     def sum_bits(self) -> int:
         """Signed width of ``acc + bias``."""
         return sum_width(self.in_bits, self.bias_bits)
@@ -169,12 +188,13 @@ class Requantizer(wiring.Component):
         m = Module()
         lanes, pbits = self.lanes, self.product_bits
         i, p, o = self.i_stream, self.p_stream, self.o_stream
+        ps, lat = self.product_stages, self.latency
 
-        # Five pipeline stages, all frozen by `stall`.
+        # `lat` pipeline stages, all frozen by `stall`: valid/last of stage n in [n - 1].
         stall = Signal()
-        valid = [Signal(name=f"valid{n}") for n in range(1, 6)]
-        last = [Signal(name=f"last{n}") for n in range(1, 6)]
-        m.d.comb += stall.eq(valid[4] & ~o.ready)
+        valid = [Signal(name=f"valid{n}") for n in range(1, lat + 1)]
+        last = [Signal(name=f"last{n}") for n in range(1, lat + 1)]
+        m.d.comb += stall.eq(valid[-1] & ~o.ready)
 
         # Stage 0: serialize the row (lane counter) and pick the lane's parameters.
         lane = Signal(range(lanes))
@@ -203,76 +223,91 @@ class Requantizer(wiring.Component):
         total = Signal(signed(self.sum_bits), reset_less=True)
         mult1 = Signal(unsigned(self.mult_bits), reset_less=True)
         smax = pbits + 1
-        shift1 = Signal(range(smax), reset_less=True)       # max(S, 1) - 1, clamped
-        exact1 = Signal(reset_less=True)                    # S == 0: no rounding
-        # Stages 2-3: the product; the shift travels along.
-        shift2, shift3 = Signal.like(shift1), Signal.like(shift1)
-        exact2, exact3 = Signal(reset_less=True), Signal(reset_less=True)
-        prod3 = Signal(signed(pbits), reset_less=True)
-        # Stage 4: t = x >> (S - 1) (and for half_even, whether bits below it were set);
-        # stage 5: the rounded, saturated result.
+        # Stages 1 .. 1 + ps: the shift (max(S, 1) - 1, clamped) and the S == 0 flag (no
+        # rounding) travel beside the product, which is ready at stage 1 + ps.
+        shifts = [Signal(range(smax), name=f"shift{n}", reset_less=True)
+                  for n in range(1, ps + 2)]
+        exacts = [Signal(name=f"exact{n}", reset_less=True) for n in range(1, ps + 3)]
+        prod = Signal(signed(pbits), reset_less=True)
+        # Stage 2 + ps: t = x >> (S - 1) (and for half_even, whether bits below it were set);
+        # stage 3 + ps: the rounded, saturated result.
         work = pbits + 2
-        t4 = Signal(signed(work), reset_less=True)
-        exact4 = Signal(reset_less=True)
-        sticky4 = Signal(reset_less=True)
-        out5 = Signal(signed(self.out_bits), reset_less=True)
+        t = Signal(signed(work), reset_less=True)
+        sticky = Signal(reset_less=True)
+        out = Signal(signed(self.out_bits), reset_less=True)
 
+        self._elaborate_product(m, total, mult1, prod, ~stall)
         with m.If(~stall):
             m.d.sync += [valid[0].eq(issue), last[0].eq(i.payload.last & row_done)]
-            m.d.sync += [valid[n].eq(valid[n - 1]) for n in range(1, 5)]
-            m.d.sync += [last[n].eq(last[n - 1]) for n in range(1, 5)]
+            m.d.sync += [valid[n].eq(valid[n - 1]) for n in range(1, lat)]
+            m.d.sync += [last[n].eq(last[n - 1]) for n in range(1, lat)]
             m.d.sync += [total.eq(acc + bias), mult1.eq(mult),
-                         shift1.eq(Mux(shift > smax, smax - 1, Mux(shift == 0, 0, shift - 1))),
-                         exact1.eq(shift == 0),
-                         shift2.eq(shift1), shift3.eq(shift2),
-                         exact2.eq(exact1), exact3.eq(exact2), exact4.eq(exact3)]
-            self._elaborate_product(m, total, mult1, prod3)
+                         shifts[0].eq(Mux(shift > smax, smax - 1,
+                                          Mux(shift == 0, 0, shift - 1))),
+                         exacts[0].eq(shift == 0)]
+            m.d.sync += [shifts[n].eq(shifts[n - 1]) for n in range(1, len(shifts))]
+            m.d.sync += [exacts[n].eq(exacts[n - 1]) for n in range(1, len(exacts))]
 
             wide = Signal(signed(work))
-            m.d.comb += wide.eq(prod3)
-            m.d.sync += t4.eq(wide >> shift3)
+            m.d.comb += wide.eq(prod)
+            m.d.sync += t.eq(wide >> shifts[-1])
             if self.rounding == "half_even":
-                below = Cat(*(shift3 > n for n in range(work)))   # 2**(S-1) - 1
-                m.d.sync += sticky4.eq((wide.as_unsigned() & below) != 0)
+                below = Cat(*(shifts[-1] > n for n in range(work)))   # 2**(S-1) - 1
+                m.d.sync += sticky.eq((wide.as_unsigned() & below) != 0)
 
-            # Stage 5: q = t >> 1 rounded up by the half bit t[0]: always for half_up, for
+            # Last stage: q = t >> 1 rounded up by the half bit t[0]: always for half_up, for
             # half_even unless it is an exact tie (nothing below) and q is already even.
-            q = t4 >> 1
+            q = t >> 1
             if self.rounding == "half_up":
-                up = t4[0]
+                up = t[0]
             else:
-                up = t4[0] & (sticky4 | q[0])
+                up = t[0] & (sticky | q[0])
             rounded = Signal(signed(work))
-            m.d.comb += rounded.eq(Mux(exact4, t4, q + up))
+            m.d.comb += rounded.eq(Mux(exacts[-1], t, q + up))
             hi = (1 << (self.out_bits - 1)) - 1
             lo = -(1 << (self.out_bits - 1))
-            m.d.sync += out5.eq(Mux(rounded > hi, hi, Mux(rounded < lo, lo, rounded)))
+            m.d.sync += out.eq(Mux(rounded > hi, hi, Mux(rounded < lo, lo, rounded)))
 
-        m.d.comb += [o.valid.eq(valid[4]), o.payload.value.eq(out5),
-                     o.payload.last.eq(last[4])]
+        m.d.comb += [o.valid.eq(valid[-1]), o.payload.value.eq(out),
+                     o.payload.last.eq(last[-1])]
         return m
 
-    def _elaborate_product(self, m, total, mult, prod3):
-        """Two enabled register stages from (total, mult) to prod3 = total * mult."""
+    def _elaborate_product(self, m, total, mult, prod, en):
+        """:attr:`product_stages` register stages, advancing while ``en``, from (total, mult)
+        to prod = total * mult."""
         pbits = self.product_bits
         if self.multiplier == "infer":
             prod2 = Signal(signed(pbits), reset_less=True)
-            m.d.sync += [prod2.eq(total * mult), prod3.eq(prod2)]
+            with m.If(en):
+                m.d.sync += [prod2.eq(total * mult), prod.eq(prod2)]
+            return
+        if self.multiplier == "ecp5_registered":
+            # Every pair of slices of `total` (the top one signed) and of M (unsigned) into its
+            # own registered DSP block; their products summed in the stage after.
+            parts = []
+            for j, a in self._slices(total, signed_top=True):
+                for k, b in self._slices(mult, signed_top=False):
+                    mul = Multiplier(a_bits=max(2, len(a) + (not a.shape().signed)),
+                                     b_bits=len(b) + 1, style="ecp5_registered")
+                    m.submodules[f"mult_{j}_{k}"] = mul
+                    m.d.comb += [mul.en.eq(en), mul.a.eq(a), mul.b.eq(b)]
+                    parts.append((j + k, mul.p))
+            with m.If(en):
+                m.d.sync += prod.eq(_shifted_sum(parts, pbits))
             return
         if self.multiplier == "slices":
             # `total` in slices of _DSP_SLICE bits (the top one signed), each times M into its
             # own register (one 18x18 DSP multiplier each), summed in the next stage: the
             # partial products' sum does not share a cycle with the multipliers.
             parts = []
-            for j in range(0, self.sum_bits, _DSP_SLICE):
-                piece = total[j:j + _DSP_SLICE]
-                if j + _DSP_SLICE >= self.sum_bits:
-                    piece = piece.as_signed()
+            for j, piece in self._slices(total, signed_top=True):
                 part = Signal(signed(len(piece) + self.mult_bits + 1), name=f"part{j}",
                               reset_less=True)
-                m.d.sync += part.eq(piece * mult)
+                with m.If(en):
+                    m.d.sync += part.eq(piece * mult)
                 parts.append((j, part))
-            m.d.sync += prod3.eq(_shifted_sum(parts, pbits))
+            with m.If(en):
+                m.d.sync += prod.eq(_shifted_sum(parts, pbits))
             return
         chunks = []
         for j in range(0, self.mult_bits, _CHUNK):
@@ -282,6 +317,20 @@ class Requantizer(wiring.Component):
             acc = terms[0]
             for term in terms[1:]:
                 acc = acc + term
-            m.d.sync += part.eq(acc)
+            with m.If(en):
+                m.d.sync += part.eq(acc)
             chunks.append((j, part))
-        m.d.sync += prod3.eq(_shifted_sum(chunks, pbits))
+        with m.If(en):
+            m.d.sync += prod.eq(_shifted_sum(chunks, pbits))
+
+    @staticmethod
+    def _slices(value, *, signed_top):
+        """``(offset, slice)`` of ``value`` in ``_DSP_SLICE``-bit pieces from bit 0; with
+        ``signed_top`` the top piece is signed (``value``'s sign), the others unsigned."""
+        pieces = []
+        for j in range(0, len(value), _DSP_SLICE):
+            piece = value[j:j + _DSP_SLICE]
+            if signed_top and j + _DSP_SLICE >= len(value):
+                piece = piece.as_signed()
+            pieces.append((j, piece))
+        return pieces

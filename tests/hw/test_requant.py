@@ -116,7 +116,7 @@ def test_from_config_reads_widths():
     (dict(rounding="floor"), ValueError,
      "rounding must be one of half_up, half_even, not 'floor'"),
     (dict(multiplier="booth"), ValueError,
-     "multiplier must be one of infer, slices, shift_add, not 'booth'"),
+     "multiplier must be one of infer, slices, ecp5_registered, shift_add, not 'booth'"),
 ])
 def test_invalid_parameters(kwargs, error, message):
     params = dict(lanes=2, in_bits=30, bias_bits=20, mult_bits=16, shift_bits=6, out_bits=8)
@@ -132,3 +132,52 @@ def test_requant_long(multiplier, rounding):
     dut = Requantizer.from_config(cfg, out_bits=cfg.score_bits, multiplier=multiplier)
     run_requant(dut, random_tiles(dut, 2000, seed=99), 0.4, 0.4, 0.4,
                 f"requant_long_{multiplier}_{rounding}")
+
+
+@pytest.mark.parametrize("multiplier", MULTIPLIERS)
+def test_latency_is_the_documented_one(multiplier):
+    """The first value of a burst leaves ``latency`` cycles after its row is offered to an idle
+    unit, and a burst of rows leaves one value per cycle."""
+    cfg = attn.preset("tiny").replace(cols=2)
+    dut = Requantizer.from_config(cfg, out_bits=cfg.qkv_bits, multiplier=multiplier)
+    assert dut.latency == (8 if multiplier == "ecp5_registered" else 5)
+    first, rows = 3, 3
+    out_cycles = []
+
+    def benches():
+        async def drive(ctx):
+            ctx.set(dut.p_stream.payload, {"mult": [3, 5], "shift": [1, 0], "bias": [0, 1]})
+            ctx.set(dut.p_stream.valid, 1)
+            ctx.set(dut.o_stream.ready, 1)
+            taken = 0
+            for t in range(40):
+                ctx.set(dut.i_stream.valid, t >= first and taken < rows)
+                ctx.set(dut.i_stream.payload, {"acc": [t, -t], "last": 1})
+                if ctx.get(dut.o_stream.valid):
+                    out_cycles.append(t)
+                taken += ctx.get(dut.i_stream.valid) and ctx.get(dut.i_stream.ready)
+                await ctx.tick()
+        return [drive]
+
+    run_simulation(dut, benches, f"requant_latency_{multiplier}", deadline_cycles=60)
+    start = first + dut.latency
+    assert out_cycles == list(range(start, start + rows * dut.lanes)), out_cycles
+
+
+@pytest.mark.parametrize("mult_bits,blocks", [(16, 3), (17, 3), (20, 6)])
+def test_ecp5_registered_instantiates_registered_dsps(mult_bits, blocks):
+    """On ECP5 every pair of 17-bit slices is one MULT18X18D with all its registers; without
+    a platform the behavioural model stands in (no primitive)."""
+    from amaranth.back import verilog
+
+    class Ecp5Stub:
+        family = "ecp5"
+
+    params = dict(lanes=2, in_bits=38, bias_bits=32, mult_bits=mult_bits, shift_bits=6,
+                  out_bits=8, multiplier="ecp5_registered")
+    dut = Requantizer(**params)
+    text = verilog.convert(dut, platform=Ecp5Stub(), name="rq")
+    assert text.count("MULT18X18D ") == blocks
+    assert text.count('.REG_OUTPUT_CLK("CLK0")') == blocks
+    model = Requantizer(**params)
+    assert "MULT18X18D" not in verilog.convert(model, name="rq")
