@@ -142,11 +142,15 @@ class AttentionCore(wiring.Component):
 
     def requant_multiplier(self, platform) -> str:
         """The requantizers' multiplier on ``platform`` (:class:`hw.requant.Requantizer`):
-        ``"slices"`` on ECP5 (one registered 18x18 product per slice); ``"infer"`` (DSP blocks)
+        ``"ecp5_registered"`` wherever the array's multipliers are (``cfg.dsp``; in simulation
+        too, so the core has the hardware's timing), otherwise ``"slices"`` on ECP5 (one
+        18x18 product per slice, its registers in the fabric); ``"infer"`` (DSP blocks)
         on an iCE40 whose SB_MAC16 blocks the array (one per PE) leaves enough of them
         (:func:`hw.dsp.mac16_blocks` each), ``"shift_add"`` (fabric adders) on one that does
         not; ``"infer"`` without a platform. On the iCE40UP5K with 16-bit operands a 2x2 array
         leaves room (4 + 3 blocks), a 2x4 does not."""
+        if self.cfg.dsp == "ecp5_registered":
+            return "ecp5_registered"
         if is_ecp5(platform):
             return "slices"
         if not is_ice40(platform):
@@ -811,7 +815,12 @@ class AttentionCore(wiring.Component):
             "hword": unsigned(wpt_bits), "slot": unsigned(1), "cols": unsigned(C),
             "run_last": unsigned(1), "op_end": unsigned(1), "valid": unsigned(1),
         })
-        m.submodules.rows = rows_q = BlockRAMFIFO(width=ctrl_layout.size, depth=4)
+        # Rows inside the requantizers: one enters every `per` cycles at most and leaves
+        # `rq.latency` cycles later, so `in_flight` entries of the row queue (and of the results
+        # queue's credit below) never hold the array back (4 for a 5-cycle requantizer on two
+        # lanes; 9 for the 8-cycle one of registered DSPs on one).
+        in_flight = _ceil_div(rq.latency, per) + 1
+        m.submodules.rows = rows_q = BlockRAMFIFO(width=ctrl_layout.size, depth=in_flight)
         row = Signal(range(R))
         into_rq = Signal()
         # With C > 1 a row for the X/Q or K banks takes a cycle per lane. So that this never
@@ -819,7 +828,7 @@ class AttentionCore(wiring.Component):
         # of a long handshake), their rows go into a queue of `res_depth` rows, and a row enters
         # them only while that queue has room for every row already inside (`credit`).
         queued_results = C > 1
-        res_depth = 8
+        res_depth = max(8, in_flight + 3)
         credit_ok = Signal(init=1)
         for g, unit in enumerate(rqs):
             m.d.comb += [unit.i_stream.valid.eq(array.o_stream.valid & rows_q.w_rdy & credit_ok),

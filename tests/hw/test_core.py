@@ -226,11 +226,15 @@ class _Platform:
     ("icebreaker", "iCE40UP5K", "ice40", "shift_add"),  # 8 PE blocks leave none
     ("tiny", "iCE40HX8K", "ice40", "shift_add"),      # no SB_MAC16 at all
     ("icebreaker", "LFE5U-85F", "ecp5", "slices"),
+    ("ulx3s_8x4", "LFE5U-85F", "ecp5", "ecp5_registered"),
 ])
 def test_core_requantizer_multiplier_fits_the_dsp_budget(name, device, family, expected):
-    core = AttentionCore(preset(name))
+    cfg = preset(name)
+    core = AttentionCore(cfg)
     assert core.requant_multiplier(_Platform(device, family)) == expected
-    assert core.requant_multiplier(None) == "infer"
+    # registered DSPs in simulation too (the hardware's timing); otherwise "infer"
+    assert core.requant_multiplier(None) == (
+        "ecp5_registered" if cfg.dsp == "ecp5_registered" else "infer")
 
 
 @pytest.mark.parametrize("device, family", [("LFE5U-85F", "ecp5"), ("iCE40UP5K", "ice40")])
