@@ -299,14 +299,17 @@ class AttentionCore(wiring.Component):
         # ---- run arguments and derived counts ------------------------------------------
         args = Signal(run_args_layout(cfg))
         L, D, H, d = args.seq_len, args.d_model, args.heads, args.head_dim
-        wph = Signal(range(dmax + 1))      # words per head
-        wpd = Signal(range(dmax + 1))      # words per token of X / output tiles
-        n_rb = Signal(range(lmax + 1))     # row blocks
-        n_kb = Signal(range(lmax + 1))     # key blocks
-        m.d.comb += [
-            wph.eq((d + C - 1) >> lc), wpd.eq((D + C - 1) >> lc),
-            n_rb.eq((L + R - 1) >> lr), n_kb.eq((L + C - 1) >> lc),
-        ]
+        # Counts derived from the arguments are registers loaded with them at `start` (they
+        # stay fixed for the run), so that their adders do not lie in front of the loop
+        # counters' comparisons (on the 8x4, `n_rb` from `L` began the critical path).
+        wph = Signal(range(dmax + 1), reset_less=True)      # words per head
+        wpd = Signal(range(dmax + 1), reset_less=True)      # words per token of X / output
+        n_rb = Signal(range(lmax + 1), reset_less=True)     # row blocks
+        n_kb = Signal(range(lmax + 1), reset_less=True)     # key blocks
+
+        def derived_counts(a):
+            return [wph.eq((a.head_dim + C - 1) >> lc), wpd.eq((a.d_model + C - 1) >> lc),
+                    n_rb.eq((a.seq_len + R - 1) >> lr), n_kb.eq((a.seq_len + C - 1) >> lc)]
 
         # ---- top-level sequence ---------------------------------------------------------
         running = Signal()
@@ -345,6 +348,7 @@ class AttentionCore(wiring.Component):
                 m.d.comb += self.start.ready.eq(1)
                 with m.If(self.start.valid):
                     m.d.sync += [args.eq(self.start.payload), running.eq(1)]
+                    m.d.sync += derived_counts(self.start.payload)
                     m.d.sync += [lp_m.eq(0), lp_h.eq(0), lp_j.eq(0), lp_stage.eq(0),
                                  lp_idx.eq(0), lp_half.eq(0), lx_tok.eq(0), lx_w.eq(0)]
                     m.next = "LOAD_P"
