@@ -117,10 +117,11 @@ class HostLink(wiring.Component):
 
     The core is started by a one-cycle ``start`` pulse with ``run_args`` (registered, held until
     the next RUN). The link considers the core running from ``start`` until a ``done`` pulse
-    (which carries ``status``) or a RESET; while it is running or ``busy`` is high the core owns
-    the region ports and WRITE, READ and RUN are refused with ``BUSY``. RUN replies at once
-    ("started"); the host polls STATUS. RESET pulses ``core_reset`` for one cycle and clears the
-    running flag; region contents are kept.
+    (which carries ``status``) or a RESET; while it is running or ``busy`` is high, and for one
+    cycle after, WRITE, READ and RUN are refused with ``BUSY``. The core owns the region ports
+    from the cycle after ``start`` until the cycle after ``busy`` falls (or the RESET). RUN
+    replies at once ("started"); the host polls STATUS. RESET pulses ``core_reset`` for one
+    cycle and clears the running flag; region contents are kept.
 
     Parameters
     ----------
@@ -271,8 +272,17 @@ class HostLink(wiring.Component):
         rom_r = rom.read_port()
 
         running = Signal()
+        # The region ports' multiplexers select the core by `port_sel`, a register: `busy`
+        # comes from the far side of the core, and on the 8x8 ULX3S device its gates in front
+        # of the multiplexers of the weights region's 16 block RAMs were the critical path.
+        # `port_sel` is `running | busy` of the cycle before: the core gets the ports the cycle
+        # after `start` (the cycle of `start` is the core's to begin in, not to access them)
+        # and keeps them a cycle after `busy` falls; the link's own commands wait for that
+        # cycle as well.
+        port_sel = Signal()
         core_owns = Signal()
-        m.d.comb += core_owns.eq(running | self.busy)
+        m.d.sync += port_sel.eq(running | self.busy)
+        m.d.comb += core_owns.eq(running | self.busy | port_sel)
 
         # The link's side of every region: one address/data bus, enables per region.
         word_bits = 8 * max([COUNTER_BYTES, STATUS_PAYLOAD] + [r.word_bytes for r in regions])
@@ -308,11 +318,11 @@ class HostLink(wiring.Component):
                 mem = Memory(shape=unsigned(region.width), depth=region.depth, init=[])
                 m.submodules[f"region_{region.name}"] = self.memories[region.name] = mem
                 wp, rp = mem.write_port(), mem.read_port()
-                m.d.comb += [wp.addr.eq(Mux(core_owns, core.w_addr, ptr[:abits])),
-                             wp.data.eq(Mux(core_owns, core.w_data, link_data)),
-                             wp.en.eq(Mux(core_owns, core.w_en, mine)),
-                             rp.addr.eq(Mux(core_owns, core.r_addr, ptr[:abits])),
-                             rp.en.eq(Mux(core_owns, core.r_en, 1)),
+                m.d.comb += [wp.addr.eq(Mux(port_sel, core.w_addr, ptr[:abits])),
+                             wp.data.eq(Mux(port_sel, core.w_data, link_data)),
+                             wp.en.eq(Mux(port_sel, core.w_en, mine)),
+                             rp.addr.eq(Mux(port_sel, core.r_addr, ptr[:abits])),
+                             rp.en.eq(Mux(port_sel, core.r_en, 1)),
                              core.r_data.eq(rp.data)]
                 mem_r_data.append(rp.data)
                 continue
@@ -325,15 +335,15 @@ class HostLink(wiring.Component):
             if spm.memory is not None:
                 self.memories[region.name] = spm.memory
             if access == "r":
-                m.d.comb += [spm.addr.eq(Mux(core_owns, core.r_addr, ptr[:abits])),
-                             spm.r_en.eq(Mux(core_owns, core.r_en, 1)),
-                             spm.w_data.eq(link_data), spm.w_en.eq(mine & ~core_owns),
+                m.d.comb += [spm.addr.eq(Mux(port_sel, core.r_addr, ptr[:abits])),
+                             spm.r_en.eq(Mux(port_sel, core.r_en, 1)),
+                             spm.w_data.eq(link_data), spm.w_en.eq(mine & ~port_sel),
                              core.r_data.eq(spm.r_data)]
             else:
-                m.d.comb += [spm.addr.eq(Mux(core_owns, core.w_addr, ptr[:abits])),
-                             spm.r_en.eq(~core_owns),
-                             spm.w_data.eq(Mux(core_owns, core.w_data, link_data)),
-                             spm.w_en.eq(Mux(core_owns, core.w_en, mine))]
+                m.d.comb += [spm.addr.eq(Mux(port_sel, core.w_addr, ptr[:abits])),
+                             spm.r_en.eq(~port_sel),
+                             spm.w_data.eq(Mux(port_sel, core.w_data, link_data)),
+                             spm.w_en.eq(Mux(port_sel, core.w_en, mine))]
             mem_r_data.append(spm.r_data)
         # The selected region's read data goes to a register (`link_r_q`) that a reply takes
         # a word from (P_LOAD) after the read; with `region_registers` every region's data
