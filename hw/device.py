@@ -239,10 +239,16 @@ class RegionWriter(wiring.Component):
 
     Beats beyond the region are taken and dropped; ``overflow`` stays high until ``restart``.
     ``words`` counts the words written.
+
+    With ``registered`` (the default) the memory's address, data and write enable come from
+    registers: a word is written the cycle after it is taken, and the path from the core's
+    result rows ends at a register beside the writer, not across the die at the region's block
+    RAM (on the 8x4 ULX3S device that path was the critical one). Without, the word is written
+    the cycle it is taken (for the iCE40, which has no cells to spare).
     """
 
-    def __init__(self, spec: StreamRegion):
-        self.spec = spec
+    def __init__(self, spec: StreamRegion, *, registered: bool = True):
+        self.spec, self.registered = spec, registered
         super().__init__({
             "mem": Out(region_signature(spec.region, "w")),
             "i_stream": In(stream.Signature(spec.beat_bits)),
@@ -257,15 +263,21 @@ class RegionWriter(wiring.Component):
         k, width = spec.words_per_beat, region.width
         part = Signal(range(k))
         last = Signal()
+        w_addr = Signal.like(self.mem.w_addr, reset_less=True)
+        w_data = Signal.like(self.mem.w_data, reset_less=True)
+        w_en = Signal()
+        stage = m.d.sync if self.registered else m.d.comb
+        stage += [self.mem.w_addr.eq(w_addr), self.mem.w_data.eq(w_data),
+                  self.mem.w_en.eq(w_en)]
         m.d.comb += [last.eq(part == k - 1),
                      self.i_stream.ready.eq(last),
-                     self.mem.w_addr.eq(self.words[:len(self.mem.w_addr)]),
-                     self.mem.w_data.eq(self.i_stream.payload >> (width * part))]
+                     w_addr.eq(self.words[:len(self.mem.w_addr)]),
+                     w_data.eq(self.i_stream.payload >> (width * part))]
         with m.If(self.i_stream.valid):
             if k > 1:
                 m.d.sync += part.eq(Mux(last, 0, part + 1))
             with m.If(self.words < region.depth):
-                m.d.comb += self.mem.w_en.eq(1)
+                m.d.comb += w_en.eq(1)
                 m.d.sync += self.words.eq(self.words + 1)
             with m.Else():
                 m.d.sync += self.overflow.eq(1)
@@ -328,7 +340,8 @@ class AttentionDevice(wiring.Component):
                 self.map.streams[name], queued=name != "params", registered=not is_ice40(platform)))
             m.submodules[f"read_{name}"] = readers[name]
             wiring.connect(m, readers[name].mem, link.region_port(name))
-        m.submodules.write_y = writer = ResetInserter(reset)(RegionWriter(self.map.streams["y"]))
+        m.submodules.write_y = writer = ResetInserter(reset)(RegionWriter(
+            self.map.streams["y"], registered=not is_ice40(platform)))
         wiring.connect(m, writer.mem, link.region_port("y"))
         m.d.comb += [
             core.p_stream.valid.eq(readers["params"].o_stream.valid),

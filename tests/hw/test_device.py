@@ -136,12 +136,13 @@ def test_reader_rate(words_per_beat, queued, registered):
     assert gaps == {expected}, f"cycles between beats: {sorted(gaps)}"
 
 
+@pytest.mark.parametrize("registered", [True, False])
 @pytest.mark.parametrize("words_per_beat", [1, 2])
-def test_writer_overflow(words_per_beat):
+def test_writer_overflow(words_per_beat, registered):
     width = 8
     spec = StreamRegion(P.Region("y", width, 4 * words_per_beat, writable=False),
                         width * words_per_beat, words_per_beat)
-    writer = RegionWriter(spec)
+    writer = RegionWriter(spec, registered=registered)
     beats = [random.Random(5).getrandbits(spec.beat_bits) for _ in range(6)]
     written = {}
 
@@ -156,7 +157,8 @@ def test_writer_overflow(words_per_beat):
                 await ctx.tick()
         return [producer, monitor]
 
-    run_simulation(writer, benches, f"writer_{words_per_beat}", deadline_cycles=500)
+    run_simulation(writer, benches, f"writer_{words_per_beat}_{registered}",
+                   deadline_cycles=500)
     expect = dict(enumerate(spec.to_words(beats[:4])))
     assert written == expect          # 4 beats fit, the other 2 are dropped, never out of range
 
