@@ -159,10 +159,6 @@ def _synth_table():
             _config((8, 8), "ecp5_registered"))),
         "ecp5_requant_infer": ("ecp5", 160, None, lambda: Requantizer.from_config(
             ulx, out_bits=ulx.qkv_bits, multiplier="infer")),
-        "ecp5_requant_slices": ("ecp5", 160, None, lambda: Requantizer.from_config(
-            ulx, out_bits=ulx.qkv_bits, multiplier="slices")),
-        "ecp5_requant_registered": ("ecp5", 160, None, lambda: Requantizer.from_config(
-            ulx, out_bits=ulx.qkv_bits, multiplier="ecp5_registered")),
     }
 
 
