@@ -117,9 +117,10 @@ class HostLink(wiring.Component):
 
     The core is started by a one-cycle ``start`` pulse with ``run_args`` (registered, held until
     the next RUN). The link considers the core running from ``start`` until a ``done`` pulse
-    (which carries ``status``) or a RESET; while it is running or ``busy`` is high, and for one
-    cycle after, WRITE, READ and RUN are refused with ``BUSY``. The core owns the region ports
-    from the cycle after ``start`` until the cycle after ``busy`` falls (or the RESET). RUN
+    (which carries ``status``) or a RESET. The link samples ``busy`` into a register: from the
+    cycle after ``start`` until the cycle after ``busy`` falls (or the RESET) the core owns the
+    region ports, and while the core runs or owns them WRITE, READ and RUN are refused with
+    ``BUSY``. ``busy`` must not rise while the core is not running. RUN
     replies at once ("started"); the host polls STATUS. RESET pulses ``core_reset`` for one
     cycle and clears the running flag; region contents are kept.
 
@@ -272,17 +273,18 @@ class HostLink(wiring.Component):
         rom_r = rom.read_port()
 
         running = Signal()
-        # The region ports' multiplexers select the core by `port_sel`, a register: `busy`
-        # comes from the far side of the core, and on the 8x8 ULX3S device its gates in front
-        # of the multiplexers of the weights region's 16 block RAMs were the critical path.
-        # `port_sel` is `running | busy` of the cycle before: the core gets the ports the cycle
-        # after `start` (the cycle of `start` is the core's to begin in, not to access them)
-        # and keeps them a cycle after `busy` falls; the link's own commands wait for that
-        # cycle as well.
+        # The region ports' multiplexers and the link's BUSY checks go by `port_sel`, a
+        # register: `busy` comes from the far side of the core, and on the 8x8 ULX3S device its
+        # gates in front of the weights region's 16 block-RAM addresses, then in front of the
+        # command checks, were the critical path. `port_sel` is `running | busy` of the cycle
+        # before: the core gets the ports the cycle after `start` (the cycle of `start` is the
+        # core's to begin in, not to access them) and keeps them a cycle after `busy` falls.
+        # `busy` only rises while `running` is high (a run starts both), so `running |
+        # port_sel` covers every cycle `busy` does.
         port_sel = Signal()
         core_owns = Signal()
         m.d.sync += port_sel.eq(running | self.busy)
-        m.d.comb += core_owns.eq(running | self.busy | port_sel)
+        m.d.comb += core_owns.eq(running | port_sel)
 
         # The link's side of every region: one address/data bus, enables per region.
         word_bits = 8 * max([COUNTER_BYTES, STATUS_PAYLOAD] + [r.word_bytes for r in regions])
