@@ -120,9 +120,9 @@ class HostLink(wiring.Component):
     (which carries ``status``) or a RESET. The link samples ``busy`` into a register: from the
     cycle after ``start`` until the cycle after ``busy`` falls (or the RESET) the core owns the
     region ports, and while the core runs or owns them WRITE, READ and RUN are refused with
-    ``BUSY``. ``busy`` must not rise while the core is not running. RUN
-    replies at once ("started"); the host polls STATUS. RESET pulses ``core_reset`` for one
-    cycle and clears the running flag; region contents are kept.
+    ``BUSY``. ``busy`` must not rise while the core is not running. RUN replies at once
+    ("started"); the host polls STATUS. RESET pulses ``core_reset`` for one cycle and clears the
+    running flag; region contents are kept.
 
     Parameters
     ----------

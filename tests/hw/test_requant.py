@@ -3,6 +3,7 @@ value, for both roundings and multipliers, under random stalls on all three stre
 
 import numpy as np
 import pytest
+from amaranth.back import verilog
 
 import attn
 from golden.quant import qmax, qmin, requantize
@@ -168,8 +169,6 @@ def test_latency_is_the_documented_one(multiplier):
 def test_ecp5_registered_instantiates_registered_dsps(mult_bits, blocks):
     """On ECP5 every pair of 17-bit slices is one MULT18X18D with all its registers; without
     a platform the behavioural model stands in (no primitive)."""
-    from amaranth.back import verilog
-
     class Ecp5Stub:
         family = "ecp5"
 
