@@ -52,6 +52,7 @@ _INT_RANGES = {
     "div_bits_per_stage": (1, 4),
     "softmax_units": (0, 64),
     "bank_writers": (0, 64),
+    "requant_units": (0, 64),
 }
 
 
@@ -116,6 +117,10 @@ class AttnConfig:
         Lane serializers that write the attention core's result rows into its X/Q and K banks,
         each a lane a cycle: a power of two up to ``max(rows, cols)``, or 0 (the default) for
         :attr:`bank_writer_count`. Results do not depend on it.
+    requant_units : int
+        Requantizers of the attention core, working in lockstep on ``cols / requant_units``
+        lanes of each result row: a power of two dividing ``cols``, or 0 (the default) for
+        :attr:`requant_unit_count`. Results do not depend on it.
 
     Raises
     ------
@@ -150,6 +155,7 @@ class AttnConfig:
     div_bits_per_stage: int = 1
     softmax_units: int = 0
     bank_writers: int = 0
+    requant_units: int = 0
 
     def __post_init__(self):
         if not isinstance(self.name, str):
@@ -184,6 +190,10 @@ class AttnConfig:
         if writers and (writers & (writers - 1) or writers > banks):
             raise ValueError(f"bank_writers ({writers}) must be 0 or a power of two up to "
                              f"max(rows, cols) ({banks})")
+        units = self.requant_units
+        if units and (units & (units - 1) or self.cols % units):
+            raise ValueError(f"requant_units ({units}) must be 0 or a power of two dividing "
+                             f"cols ({self.cols})")
         if self.acc_bits + self.mult_bits > 62:
             raise ValueError(f"acc_bits ({self.acc_bits}) + mult_bits ({self.mult_bits}) must "
                              f"not exceed 62 (requantization products are exact in int64)")
@@ -215,6 +225,17 @@ class AttnConfig:
         if self.bank_writers:
             return self.bank_writers
         return min(2, max(self.rows, self.cols))
+
+    @property
+    def requant_unit_count(self) -> int:
+        """Requantizers of the attention core (each one value per cycle): ``requant_units``, or
+        for 0 enough for the ``rows x cols`` results of a tile every 8 cycles, at most 4 (each
+        takes 3 DSP blocks on ECP5), so tiles with reductions of at least ``rows * cols / 4``
+        never wait for them. A score tile's reduction is the head size ``d``: on a 16x8 array
+        with ``d = 16`` four requantizers make the array wait for them half of the time."""
+        if self.requant_units:
+            return self.requant_units
+        return min(self.cols, 1 << (-(-self.pes // 8) - 1).bit_length(), 4)
 
     @property
     def a_bits(self) -> int:

@@ -134,11 +134,8 @@ class AttentionCore(wiring.Component):
 
     @property
     def requant_units(self) -> int:
-        """Requantizers working in parallel (each one value per cycle): enough for the ``R x C``
-        results of a tile every 8 cycles, at most 4 (each takes 3 DSP blocks on ECP5), so tiles
-        with reductions of at least ``R * C / 4`` never wait for them."""
-        cfg = self.cfg
-        return min(cfg.cols, _pow2(_ceil_div(cfg.rows * cfg.cols, 8)), 4)
+        """Requantizers working in parallel (the config's ``requant_unit_count``)."""
+        return self.cfg.requant_unit_count
 
     def requant_multiplier(self, platform) -> str:
         """The requantizers' multiplier on ``platform`` (:class:`hw.requant.Requantizer`):

@@ -54,6 +54,10 @@ def test_frozen():
      r"bank_writers \(3\) must be 0 or a power of two up to max\(rows, cols\) \(4\)"),
     (dict(bank_writers=8), ValueError,
      r"bank_writers \(8\) must be 0 or a power of two up to max\(rows, cols\) \(4\)"),
+    (dict(requant_units=3), ValueError,
+     r"requant_units \(3\) must be 0 or a power of two dividing cols \(4\)"),
+    (dict(requant_units=8), ValueError,
+     r"requant_units \(8\) must be 0 or a power of two dividing cols \(4\)"),
 ])
 def test_invalid_parameters_are_named(changes, error, message):
     with pytest.raises(error, match=message):
@@ -77,6 +81,17 @@ def test_bank_writer_count(rows, cols, writers, count):
     """0 picks two serializers (one for a 1x1 array); otherwise the field."""
     cfg = preset("default").replace(rows=rows, cols=cols, bank_writers=writers)
     assert cfg.bank_writer_count == count
+
+
+@pytest.mark.parametrize("rows,cols,units,count", [
+    (2, 2, 0, 1), (4, 4, 0, 2), (2, 1, 0, 1), (8, 4, 0, 4), (8, 8, 0, 4), (16, 8, 0, 4),
+    (16, 8, 8, 8), (8, 4, 1, 1),
+])
+def test_requant_unit_count(rows, cols, units, count):
+    """0 picks enough requantizers for a tile's results every 8 cycles, at most 4 and at most
+    cols; otherwise the field."""
+    cfg = preset("default").replace(rows=rows, cols=cols, requant_units=units)
+    assert cfg.requant_unit_count == count
 
 
 def test_from_dict_rejects_unknown_fields():

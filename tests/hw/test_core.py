@@ -76,6 +76,17 @@ def test_core_lane_banks(rows, cols, writers, shape, stall):
                  f"L, D, H = {shape})", expected.y, run.y)
 
 
+@pytest.mark.parametrize("units,stall", [(1, 0.3), (4, 0.0)])
+def test_core_requant_units(units, stall):
+    """Any number of requantizers (one per lane, or one for all) gives the same integers: each
+    takes its lanes of every result row, in lockstep with the others."""
+    cfg = preset("default").replace(max_seq_len=8, max_d_model=16, max_heads=2,
+                                    requant_units=units)
+    qm, xi, expected = layer(cfg, 6, 12, 2, seed=units, causal=True)
+    run = simulate_core(cfg, qm, xi, causal=True, stall=stall, name=f"core_requant_{units}")
+    assert_equal(f"core output y ({cfg.requant_unit_count} requantizers)", expected.y, run.y)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(12))
 def test_core_random_shapes(seed):
