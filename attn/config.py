@@ -372,6 +372,13 @@ def _make_presets() -> dict:
         # for them): the fastest reference layer, but nextpnr takes 20 to 40 minutes.
         "ulx3s_8x8": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=8,
                                   softmax_units=8, dsp="ecp5_registered"),
+        # ULX3S (ECP5-85F): the same shape on a 16x8 array, 128 registered DSPs, with a
+        # softmax unit per array row, eight requantizers (a score tile, K = d = 16, brings
+        # 16 rows of 8 in 16 cycles: with four the array waited for them 10 % of the reference
+        # layer) and four bank writers (two: 7 %). 152 of the 156 DSPs.
+        "ulx3s_16x8": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=16,
+                                   cols=8, softmax_units=16, requant_units=8, bank_writers=4,
+                                   dsp="ecp5_registered"),
         # ULX3S (ECP5-85F): MiniLM-sized layers on a 16x8 array of registered MULT18X18D
         # (128 of the 156 DSPs; the attention core needs power-of-two array sides).
         "ulx3s": base.replace(max_seq_len=64, max_d_model=384, max_heads=12, rows=16,

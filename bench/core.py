@@ -30,7 +30,8 @@ from .common import print_table, write_json
 
 LAYERS = {"reference": (64, 64, 4), "minilm": (16, 384, 12)}
 RUNS = [("default", "reference"), ("icebreaker", "reference"), ("ulx3s_8x4", "reference"),
-        ("ulx3s_8x8", "reference"), ("ulx3s", "reference"), ("ulx3s", "minilm")]
+        ("ulx3s_8x8", "reference"), ("ulx3s_16x8", "reference"), ("ulx3s", "reference"),
+        ("ulx3s", "minilm")]
 QUICK = [("default", "reference"), ("ulx3s", "minilm")]
 
 
