@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from attn import preset
+from attn import PRESETS, preset
 from golden import FloatMHA, attention_int, calibrate, make_mask, quantize_input
 from hw.core_io import CoreShape
 
@@ -100,6 +100,9 @@ def synth_fmax():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="two runs only")
+    parser.add_argument("--run", action="append", default=[], metavar="PRESET:LAYER",
+                        help=f"only these runs (layers: {', '.join(LAYERS)}; by default "
+                             "reference); repeatable")
     parser.add_argument("--sim", default="verilator", choices=["verilator", "icarus",
                                                                "amaranth"])
     parser.add_argument("--fmax", action="append", default=[], metavar="PRESET=MHZ",
@@ -107,10 +110,17 @@ def main(argv=None):
     parser.add_argument("--synth", action="store_true", help="measure fmax with nextpnr")
     args = parser.parse_args(argv)
     fmax = {k: float(v) for k, v in (item.split("=") for item in args.fmax)}
+    runs = QUICK if args.quick else RUNS
+    if args.run:
+        runs = [(name, layer or "reference") for name, _, layer in
+                (item.partition(":") for item in args.run)]
+        for name, layer in runs:
+            if name not in PRESETS or layer not in LAYERS:
+                parser.error(f"--run {name}:{layer}: choose a preset of {', '.join(PRESETS)} "
+                             f"and a layer of {', '.join(LAYERS)}")
     if args.synth:
         fmax.update(synth_fmax())
-    rows = [run_one(args.sim, name, layer, fmax) for name, layer in
-            (QUICK if args.quick else RUNS)]
+    rows = [run_one(args.sim, name, layer, fmax) for name, layer in runs]
     table = [dict(preset=r["preset"], array=r["array"], layer=f"{r['layer']} {r['shape']}",
                   exact="yes" if r["exact"] else "NO", cycles=f"{r['cycles']:,}",
                   ideal=f"{r['ideal']:,}", util=f"{r['util']:.1%}",

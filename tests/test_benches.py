@@ -51,3 +51,15 @@ def test_hostlink_quick(bench_dir, tmp_path):
         assert report["fmax_mhz"] > 0
         assert report["lut_dut"] > 0 and report["ff_dut"] > 0
         assert design["divisor"] == 16 and report["family"] == "ice40"
+
+
+def test_core_run_selection(bench_dir, capsys):
+    """``bench.core --run PRESET[:LAYER]`` picks runs; a wrong preset or layer is an argument
+    error naming the choices, before anything is simulated."""
+    from bench import core
+    for bad in ("nope:reference", "tiny:huge"):
+        with pytest.raises(SystemExit) as info:
+            core.main(["--run", bad])
+        assert info.value.code == 2
+        assert f"--run {bad}: choose a preset of" in capsys.readouterr().err
+    assert not (bench_dir / "core.json").exists()
