@@ -9,11 +9,14 @@ code the specification (docs/protocol.md) demands, so the model is checked too.
 import random
 
 import pytest
+from amaranth import Module, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 import attn
 from attn import protocol as P
-from hw.hostlink import HostLink
+from hw.hostlink import HostLink, connect_host, host_ports, region_signature
 from sim.amaranth_sim import run_simulation
 from sim.streams import Pattern, stream_put
 from sim.uart import uart_receive, uart_send
@@ -277,6 +280,20 @@ def test_directed_values():
     assert model.counters == [1, 3, 3 * (1 + 2)]
 
 
+async def _request(ctx, dut, cmd, payload=b""):
+    """Send one request on ``dut``'s byte streams; returns its reply as (status, payload)."""
+    for byte in P.encode_request(cmd, payload):
+        await stream_put(ctx, dut.i_stream, byte)
+    parser = P.ReplyParser()
+    ctx.set(dut.o_stream.ready, 1)
+    frames = []
+    while not frames:
+        _, _, valid, byte = await ctx.tick().sample(dut.o_stream.valid, dut.o_stream.payload)
+        if valid:
+            frames = parser.feed(bytes([byte]))
+    return frames[0][1:]
+
+
 def test_busy_while_running():
     """A slow core: WRITE, READ and RUN are refused while it runs, STATUS reports it."""
     dut = LinkDevice(slow=400)
@@ -286,17 +303,7 @@ def test_busy_while_running():
     def benches():
         async def host(ctx):
             async def request(cmd, payload=b""):
-                for byte in P.encode_request(cmd, payload):
-                    await stream_put(ctx, dut.i_stream, byte)
-                parser = P.ReplyParser()
-                ctx.set(dut.o_stream.ready, 1)
-                frames = []
-                while not frames:
-                    _, _, valid, byte = await ctx.tick().sample(dut.o_stream.valid,
-                                                                dut.o_stream.payload)
-                    if valid:
-                        frames = parser.feed(bytes([byte]))
-                got.append(frames[0][1:])
+                got.append(await _request(ctx, dut, cmd, payload))
             await request(C.RUN, P.run_payload(tag, 4, 9))
             await request(C.STATUS)
             await request(C.WRITE, P.write_payload(tag, 0, 0, b"\x01\x00", 12))
@@ -313,6 +320,98 @@ def test_busy_while_running():
     assert [g[0] for g in got] == [S.OK, S.OK, S.BUSY, S.BUSY, S.BUSY, S.OK, S.OK, S.OK]
     after = P.decode_status(got[6][1])
     assert not after.running and not after.busy and after.runs == 0 and after.errors == 3
+
+
+class _WindowCore(wiring.Component):
+    """A core that writes region ``output`` at the edges of its ownership window: word 6 in
+    the cycle of ``start`` (not its cycle yet), word 7 the cycle after (its first), word 8 in
+    the cycle after ``busy`` fell (the run is not done yet), word 9 the cycle after ``done``
+    (its last), word 10 the cycle after that (the link's again). Each word is ``args.add``
+    plus its address."""
+
+    def __init__(self):
+        super().__init__({
+            "start": In(1), "args": In(RUN_LAYOUT), "busy": Out(1), "done": Out(1),
+            "status": Out(8), "src": Out(region_signature(REGIONS[0])),
+            "dst": Out(region_signature(REGIONS[1])),
+            "counters": Out(data.ArrayLayout(32, COUNTERS)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        add = Signal(4)
+        dst = self.dst
+
+        def write(addr):
+            m.d.comb += [dst.w_addr.eq(addr), dst.w_en.eq(1), dst.w_data.eq(add + addr)]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += add.eq(self.args.add)
+                    m.d.comb += [dst.w_addr.eq(6), dst.w_en.eq(1),
+                                 dst.w_data.eq(self.args.add + 6)]
+                    m.next = "FIRST"
+            with m.State("FIRST"):
+                m.d.comb += self.busy.eq(1)
+                write(7)
+                m.next = "LAST"
+            with m.State("LAST"):
+                write(8)
+                m.next = "DONE"
+            with m.State("DONE"):
+                m.d.comb += self.done.eq(1)
+                m.next = "AFTER"
+            with m.State("AFTER"):
+                write(9)
+                m.next = "LATER"
+            with m.State("LATER"):
+                write(10)
+                m.next = "IDLE"
+        return m
+
+
+def test_ownership_window():
+    """The core owns the region ports from the cycle after ``start`` until the cycle after
+    ``done`` (``port_sel``, a register of ``running | busy``): its writes then land at its
+    addresses; in the cycle of ``start`` and two cycles after ``done`` they do not (those
+    cycles are the link's)."""
+
+    class Device(wiring.Component):
+        def __init__(self):
+            self.link = HostLink(config=attn.preset("tiny"), regions=REGIONS,
+                                 run_layout=RUN_LAYOUT, counters=COUNTERS, max_payload=40,
+                                 timeout_cycles=64)
+            self.core = _WindowCore()
+            super().__init__(host_ports(None))
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.link, m.submodules.core = link, core = self.link, self.core
+            connect_host(m, self, link, None)
+            m.d.comb += [core.start.eq(link.start), core.args.eq(link.run_args),
+                         link.busy.eq(core.busy), link.done.eq(core.done),
+                         link.status.eq(core.status), link.counters.eq(core.counters)]
+            wiring.connect(m, core.src, link.region_port("input"))
+            wiring.connect(m, core.dst, link.region_port("output"))
+            return m
+
+    dut = Device()
+    got = []
+
+    def benches():
+        async def host(ctx):
+            for cmd, payload in ((C.RUN, P.run_payload(dut.link.tag, 1 | 5 << 5, 9)),
+                                 (C.READ, P.read_payload(1, 0, 16))):
+                got.append(await _request(ctx, dut, cmd, payload))
+        return [host]
+
+    run_simulation(dut, benches, "hostlink_ownership", deadline_cycles=3000)
+    assert [g[0] for g in got] == [S.OK, S.OK]
+    words = P.unpack_words(got[1][1], REGIONS[1].width)
+    assert words[6:11] == [0, 5 + 7, 5 + 8, 5 + 9, 0], \
+        f"output words 6-10 {words[6:11]}: expected only the core's writes from the cycle " \
+        "after start (7) to the cycle after done (9) to land"
 
 
 # -- fuzz ----------------------------------------------------------------------------------------
