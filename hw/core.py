@@ -259,8 +259,11 @@ class AttentionCore(wiring.Component):
         q_base = _ceil_div(lmax, R) * stride
         # (With C = 1 the writer's values go to the banks unregistered: the iCE40UP5K, the
         # only such preset, has no cells to spare and no die to cross.)
+        # The queues' ready is a register: on the 8x8 ULX3S device a bank's fill level ->
+        # its ready -> the selected bank's -> the X stream's handshake -> every bank's
+        # write enable was the critical path.
         xq_bank = [LaneBank(lanes=C, shape=xq_shape, words=2 * q_base, queue_depth=stride,
-                            d_registered=C > 1) for r in range(R)]
+                            d_registered=C > 1, ready_registered=True) for r in range(R)]
         k_bank = [LaneBank(lanes=C, shape=signed(cfg.qkv_bits),
                            words=_ceil_div(lmax, C) * stride, queue_depth=0,
                            d_registered=C > 1) for c in range(C)]

@@ -63,6 +63,13 @@ class LaneBank(wiring.Component):
         Attributes of the memory (e.g. ``ram_style``).
     d_registered : bool
         Register the direct writes at the bank (default); otherwise they land in their cycle.
+    ready_registered : bool
+        ``w_stream.ready`` comes from a register (with ``lanes > 1``): it says the queue held
+        fewer than ``queue_depth`` rows in the last cycle, so it has room for one in this one.
+        A writer's handshake then starts at a flip-flop instead of the queue's fill level, at
+        the cost of two queue entries more (``queue_depth + 2`` rows are built: the buffered
+        FIFO's own ready falls with a row still on its way to the output register). Default
+        off.
 
     Members
     -------
@@ -89,7 +96,7 @@ class LaneBank(wiring.Component):
     """
 
     def __init__(self, *, lanes: int, shape, words: int, queue_depth: int = 2, attrs=None,
-                 d_registered: bool = True):
+                 d_registered: bool = True, ready_registered: bool = False):
         _check_lanes_words(lanes, words)
         if not isinstance(queue_depth, int) or queue_depth < 0:
             raise ValueError(f"queue_depth must be a non-negative integer, not "
@@ -97,6 +104,7 @@ class LaneBank(wiring.Component):
         self.lanes, self.shape, self.words = lanes, Shape.cast(shape), words
         self.queue_depth, self.attrs = queue_depth, attrs
         self.d_registered = bool(d_registered)
+        self.ready_registered = bool(ready_registered)
         self.depth = words * lanes
         super().__init__({
             "w_stream": In(stream.Signature(row_layout(lanes, shape, words))),
@@ -144,10 +152,20 @@ class LaneBank(wiring.Component):
             return m
 
         layout = row_layout(lanes, self.shape, self.words)
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
-                                                           depth=self.queue_depth)
-        m.d.comb += [queue.w_data.eq(row.as_value()), queue.w_en.eq(self.w_stream.valid),
-                     self.w_stream.ready.eq(queue.w_rdy)]
+        depth = self.queue_depth + 2 * self.ready_registered
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size, depth=depth)
+        m.d.comb += queue.w_data.eq(row.as_value())
+        if self.ready_registered:
+            # At most one row enters a cycle, so the inner FIFO (depth - 1 rows; the last goes
+            # to the output register a cycle later) holds at most level + 1 <= depth - 2 rows
+            # now if `level` was below `queue_depth` last cycle.
+            room = Signal(init=1)
+            m.d.sync += room.eq(queue.level < self.queue_depth)
+            m.d.comb += [queue.w_en.eq(self.w_stream.valid & room),
+                         self.w_stream.ready.eq(room)]
+        else:
+            m.d.comb += [queue.w_en.eq(self.w_stream.valid),
+                         self.w_stream.ready.eq(queue.w_rdy)]
         head = data.View(layout, queue.r_data)
 
         # The row at the head of the queue is written lane `lane` by lane, straight from the

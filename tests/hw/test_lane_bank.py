@@ -69,13 +69,16 @@ async def _check_memory(ctx, dut, model):
         assert got == value, f"address {addr}: read {got}, the last write was {value}"
 
 
-@pytest.mark.parametrize("lanes,queue_depth", [(1, 2), (4, 2), (8, 3)])
-def test_rows_land_in_order(lanes, queue_depth):
+@pytest.mark.parametrize("lanes,queue_depth,ready_registered",
+                         [(1, 2, False), (4, 2, False), (8, 3, False), (4, 1, True),
+                          (8, 3, True)])
+def test_rows_land_in_order(lanes, queue_depth, ready_registered):
     """Random rows with random gaps. After each ``tag_done`` the tagged row is readable from
     the next cycle; once ``idle`` every address holds what the last row to write it wrote."""
     rng = random.Random(lanes)
     plan, words = _plan(lanes, 80, rng)
-    dut = LaneBank(lanes=lanes, shape=signed(8), words=words, queue_depth=queue_depth)
+    dut = LaneBank(lanes=lanes, shape=signed(8), words=words, queue_depth=queue_depth,
+                   ready_registered=ready_registered)
     state = {"offered": False}
 
     writer = _offer_all(dut.w_stream, plan, rng, state)
@@ -106,16 +109,19 @@ def test_rows_land_in_order(lanes, queue_depth):
             f"{seen} tag_done pulses for {sum(row['tag'] for row in plan)} tagged rows"
         await _check_memory(ctx, dut, _model(plan, lanes))
 
-    run_simulation(dut, lambda: [writer, reader], f"lane_bank_{lanes}",
+    run_simulation(dut, lambda: [writer, reader],
+                   f"lane_bank_{lanes}_{queue_depth}_{int(ready_registered)}",
                    deadline_cycles=40 * len(plan) * lanes)
 
 
-@pytest.mark.parametrize("lanes", [4, 8])
-def test_burst_rate(lanes):
+@pytest.mark.parametrize("lanes,ready_registered", [(4, False), (8, False), (4, True)])
+def test_burst_rate(lanes, ready_registered):
     """A burst of ``queue_depth`` full rows is taken in as many cycles, and the bank writes one
-    lane a cycle: idle again ``rows * lanes`` cycles later, plus the queue's latency."""
+    lane a cycle: idle again ``rows * lanes`` cycles later, plus the queue's latency (with
+    ``ready_registered`` too: the burst fits the ready of the cycle before)."""
     depth = 3
-    dut = LaneBank(lanes=lanes, shape=signed(8), words=8, queue_depth=depth)
+    dut = LaneBank(lanes=lanes, shape=signed(8), words=8, queue_depth=depth,
+                   ready_registered=ready_registered)
 
     async def bench(ctx):
         cycles = 0              # from the cycle the first row is offered
@@ -133,7 +139,8 @@ def test_burst_rate(lanes):
         assert depth * lanes <= cycles <= depth * lanes + 2, \
             f"{depth} rows of {lanes} lanes took {cycles} cycles to write"
 
-    run_simulation(dut, lambda: [bench], f"lane_bank_rate_{lanes}", deadline_cycles=200)
+    run_simulation(dut, lambda: [bench], f"lane_bank_rate_{lanes}_{int(ready_registered)}",
+                   deadline_cycles=200)
 
 
 @pytest.mark.parametrize("cls", [LaneBank, LaneSerializer])
