@@ -22,9 +22,11 @@ from pathlib import Path
 from .synth import build_top
 
 __all__ = ["BOARDS", "board_spec", "build_board", "program_board", "BuildFailed",
-           "report_markdown", "BUILD"]
+           "report_markdown", "BUILD", "ROUTERS"]
 
 BUILD = Path("build") / "boards"
+#: nextpnr's routers (``--router``).
+ROUTERS = ("router1", "router2")
 
 #: Programmer package hints per command.
 _INSTALL = {"iceprog": "apt-get install fpga-icestorm",
@@ -62,14 +64,18 @@ def _bitstream_name(spec) -> str:
 
 
 def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None = None,
-                seed: int = 1, out_dir=None, allow_timing_fail: bool = False,
-                log=print) -> dict:
+                seed: int = 1, router: str | None = None, out_dir=None,
+                allow_timing_fail: bool = False, log=print) -> dict:
     """Build the bitstream of ``spec`` with configuration ``cfg``; return the report dict.
 
     The bitstream is ``<out_dir>/attn.bin`` (iCE40) or ``attn.bit`` (ECP5); the tool logs are in
     ``<out_dir>/work``. Raises :class:`BuildFailed` if nextpnr cannot place and route the design
     or if the achieved fmax is below the PLL clock (``allow_timing_fail`` accepts the latter).
+    ``router`` picks nextpnr's router (one of :data:`ROUTERS`; ``None``: nextpnr's default,
+    router1). router2 routes congested designs that router1 takes hours over.
     """
+    if router is not None and router not in ROUTERS:
+        raise ValueError(f"router must be one of {', '.join(ROUTERS)}, not {router!r}")
     from boards.top import BoardTop
     from hw.device import DeviceMap
 
@@ -83,7 +89,8 @@ def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None =
     say("attn build: Yosys, nextpnr and the packer run now (a few minutes for the small "
         "designs, much longer for large ECP5 ones)")
     synth = build_top(top, family=spec.family, name="attn", build_dir=out / "work",
-                      seed=seed, dsp=True, bitstream=True, check=False,
+                      seed=seed, nextpnr_opts=f"--router {router}" if router else "",
+                      dsp=True, bitstream=True, check=False,
                       platform=spec.platform(), log=log)
     bitstream = None
     if synth.routed and synth.logs.get("bitstream"):
@@ -103,6 +110,7 @@ def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None =
         "routed": synth.routed, "seconds": round(synth.seconds, 1),
         "synth_seconds": round(synth.synth_seconds, 1),
         "pnr_seconds": round(synth.pnr_seconds, 1), "seed": seed,
+        "router": router or "router1",
         "bitstream": str(bitstream) if bitstream else None,
         "bitstream_bytes": bitstream.stat().st_size if bitstream else None,
         "critical_path": synth.critical_path, "error": synth.error,
@@ -160,7 +168,8 @@ def report_markdown(report) -> str:
         f"{fmax_text}: timing {status}.",
         "",
         f"Build time {report['seconds']} s (Yosys {report['synth_seconds']} s, nextpnr "
-        f"{report['pnr_seconds']} s), seed {report['seed']}.",
+        f"{report['pnr_seconds']} s), seed {report['seed']}, "
+        f"{report.get('router', 'router1')}.",
         "",
         f"Bitstream: {report['bitstream'] or 'none'}"
         + (f" ({report['bitstream_bytes']:,} bytes)" if report["bitstream_bytes"] else ""),

@@ -31,6 +31,8 @@ def test_unknown_board_and_bad_clock():
         board_spec("nexys")
     with pytest.raises(ValueError, match="cannot make"):
         BoardTop(board_spec("icebreaker"), preset("tiny"), clock_mhz=5000)
+    with pytest.raises(ValueError, match="router must be one of router1, router2, not 'r3'"):
+        build_board(board_spec("ulx3s"), preset("tiny"), router="r3", log=None)
 
 
 def _tools_missing(family):
@@ -65,13 +67,14 @@ def test_build_icebreaker_bitstream(tmp_path):
 
 @pytest.mark.slow
 def test_build_ulx3s_bitstream(tmp_path):
-    """The tiny preset on the ULX3S (about a minute; --runslow)."""
+    """The tiny preset on the ULX3S, with nextpnr's router2 (about a minute; --runslow)."""
     reason = _tools_missing("ecp5")
     if reason:
         pytest.skip(reason)
     spec = board_spec("ulx3s")
-    report = build_board(spec, preset("tiny"), out_dir=tmp_path, log=None)
-    assert report["routed"] and report["timing_met"]
+    report = build_board(spec, preset("tiny"), router="router2", out_dir=tmp_path, log=None)
+    assert report["routed"] and report["timing_met"] and report["router"] == "router2"
+    assert "Router2" in (tmp_path / "work" / "attn.tim").read_text()
     assert report["fmax_mhz"] >= report["clock_mhz"] == spec.clock_mhz
     used, total = report["resources"]["logic"]
     assert 0 < used < total and report["resources"]["dsp"][0] > 0
