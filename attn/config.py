@@ -232,7 +232,7 @@ class AttnConfig:
         for 0 enough for the ``rows x cols`` results of a tile every 8 cycles, at most 4 (each
         takes 3 DSP blocks on ECP5), so tiles with reductions of at least ``rows * cols / 4``
         never wait for them. A score tile's reduction is the head size ``d``: on a 16x8 array
-        with ``d = 16`` four requantizers make the array wait for them half of the time."""
+        with ``d = 16`` four requantizers take 32 cycles for a score tile's 16."""
         if self.requant_units:
             return self.requant_units
         return min(self.cols, 1 << (-(-self.pes // 8) - 1).bit_length(), 4)

@@ -28,18 +28,25 @@ STATUS_BAD_COUNT = 1
 CONFIG = attn.preset("tiny")
 
 
+def core_members() -> dict:
+    """The ports of a stand-in core, as :class:`LinkDevice` connects them: ``start``/``args``
+    from the link, ``busy``/``done``/``status``/``counters`` back, ``src`` reading region
+    ``input`` and ``dst`` writing region ``output``."""
+    return {
+        "start": In(1), "args": In(RUN_LAYOUT),
+        "busy": Out(1), "done": Out(1), "status": Out(8),
+        "src": Out(region_signature(REGIONS[0])), "dst": Out(region_signature(REGIONS[1])),
+        "counters": Out(data.ArrayLayout(32, COUNTERS)),
+    }
+
+
 class AddCore(wiring.Component):
     """The stand-in core (see the module docstring)."""
 
     def __init__(self, *, slow: int = 1):
         self.slow = slow
         self.depth = REGIONS[0].depth
-        super().__init__({
-            "start": In(1), "args": In(RUN_LAYOUT),
-            "busy": Out(1), "done": Out(1), "status": Out(8),
-            "src": Out(region_signature(REGIONS[0])), "dst": Out(region_signature(REGIONS[1])),
-            "counters": Out(data.ArrayLayout(32, COUNTERS)),
-        })
+        super().__init__(core_members())
 
     def elaborate(self, platform):
         m = Module()
@@ -83,16 +90,17 @@ class AddCore(wiring.Component):
 
 
 class LinkDevice(wiring.Component):
-    """HostLink + AddCore; with ``divisor`` the ports are the UART pins ``rx``/``tx``, without
-    it the link's byte streams ``i_stream``/``o_stream``."""
+    """HostLink + AddCore (or ``core``, a component with :func:`core_members`); with
+    ``divisor`` the ports are the UART pins ``rx``/``tx``, without it the link's byte streams
+    ``i_stream``/``o_stream``."""
 
     def __init__(self, *, divisor: int | None = None, timeout_cycles: int = 64, slow: int = 1,
-                 max_payload: int = 40, config=CONFIG, region_registers=None):
+                 max_payload: int = 40, config=CONFIG, region_registers=None, core=None):
         self.divisor = divisor
         self.link = HostLink(config=config, regions=REGIONS, run_layout=RUN_LAYOUT,
                              counters=COUNTERS, timeout_cycles=timeout_cycles,
                              max_payload=max_payload, region_registers=region_registers)
-        self.core = AddCore(slow=slow)
+        self.core = core if core is not None else AddCore(slow=slow)
         ports = host_ports(divisor)
         super().__init__(ports)
 

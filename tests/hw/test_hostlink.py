@@ -10,18 +10,17 @@ import random
 
 import pytest
 from amaranth import Module, Signal
-from amaranth.lib import data, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 import attn
 from attn import protocol as P
-from hw.hostlink import HostLink, connect_host, host_ports, region_signature
+from hw.hostlink import HostLink
 from sim.amaranth_sim import run_simulation
 from sim.streams import Pattern, stream_put
 from sim.uart import uart_receive, uart_send
 
-from .link_device import COUNTERS, REGIONS, RUN_LAYOUT, LinkDevice, LinkModel
+from .link_device import COUNTERS, REGIONS, RUN_LAYOUT, LinkDevice, LinkModel, core_members
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 
@@ -330,27 +329,21 @@ class _WindowCore(wiring.Component):
     plus its address."""
 
     def __init__(self):
-        super().__init__({
-            "start": In(1), "args": In(RUN_LAYOUT), "busy": Out(1), "done": Out(1),
-            "status": Out(8), "src": Out(region_signature(REGIONS[0])),
-            "dst": Out(region_signature(REGIONS[1])),
-            "counters": Out(data.ArrayLayout(32, COUNTERS)),
-        })
+        super().__init__(core_members())
 
     def elaborate(self, platform):
         m = Module()
         add = Signal(4)
         dst = self.dst
 
-        def write(addr):
-            m.d.comb += [dst.w_addr.eq(addr), dst.w_en.eq(1), dst.w_data.eq(add + addr)]
+        def write(addr, base=add):
+            m.d.comb += [dst.w_addr.eq(addr), dst.w_en.eq(1), dst.w_data.eq(base + addr)]
 
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += add.eq(self.args.add)
-                    m.d.comb += [dst.w_addr.eq(6), dst.w_en.eq(1),
-                                 dst.w_data.eq(self.args.add + 6)]
+                    write(6, self.args.add)
                     m.next = "FIRST"
             with m.State("FIRST"):
                 m.d.comb += self.busy.eq(1)
@@ -377,26 +370,7 @@ def test_ownership_window():
     addresses; in the cycle of ``start`` and two cycles after ``done`` they do not (those
     cycles are the link's)."""
 
-    class Device(wiring.Component):
-        def __init__(self):
-            self.link = HostLink(config=attn.preset("tiny"), regions=REGIONS,
-                                 run_layout=RUN_LAYOUT, counters=COUNTERS, max_payload=40,
-                                 timeout_cycles=64)
-            self.core = _WindowCore()
-            super().__init__(host_ports(None))
-
-        def elaborate(self, platform):
-            m = Module()
-            m.submodules.link, m.submodules.core = link, core = self.link, self.core
-            connect_host(m, self, link, None)
-            m.d.comb += [core.start.eq(link.start), core.args.eq(link.run_args),
-                         link.busy.eq(core.busy), link.done.eq(core.done),
-                         link.status.eq(core.status), link.counters.eq(core.counters)]
-            wiring.connect(m, core.src, link.region_port("input"))
-            wiring.connect(m, core.dst, link.region_port("output"))
-            return m
-
-    dut = Device()
+    dut = LinkDevice(core=_WindowCore())
     got = []
 
     def benches():
