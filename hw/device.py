@@ -135,22 +135,25 @@ class DeviceMap:
 class RegionReader(wiring.Component):
     """Streams a region out from word 0, one beat of ``words_per_beat`` words per beat.
 
-    With ``registered`` (the default), every word read from the memory lands in a register
-    first (two cycles from address to data), so the memory's slow output (about 6 ns on an ECP5
-    DP16KD) drives one short wire, not the way across the die to the core. Without, the memory's
-    output goes straight into the beat (for the iCE40, which has no cells to spare).
+    ``registered`` (0, 1 or 2; ``True`` is 1, the default) is how many registers every word read
+    from the memory goes through first (1 + ``registered`` cycles from address to data), so the
+    memory's slow output (about 6 ns on an ECP5 DP16KD) drives one short wire, not the way across
+    the die to the core; with 2 the second register can sit by the core and the first by the
+    memory. With 0 the memory's output goes straight into the beat (for the iCE40, which has no
+    cells to spare).
 
     With ``queued`` (the default), one beat per ``words_per_beat`` cycles while the consumer is
-    ready: behind a queue (8 beats registered, 4 not) for 1 or 2 words per beat, one output
-    register for more (one beat per ``max(4, words_per_beat)`` cycles registered,
-    ``max(3, words_per_beat)`` not). With ``queued=False`` always the output register, for a
-    stream whose rate does not matter (the constants, one beat per tile). ``restart`` (a cycle
-    pulse) goes back to word 0 and drops what was fetched. Reading stops at the end of the
-    region.
+    ready: behind a queue (8 beats with registers, 4 without) for 1 or 2 words per beat, one
+    output register for more (one beat per ``max(3 + registered, words_per_beat)`` cycles).
+    With ``queued=False`` always the output register, for a stream whose rate does not matter
+    (the constants, one beat per tile). ``restart`` (a cycle pulse) goes back to word 0 and
+    drops what was fetched. Reading stops at the end of the region.
     """
 
-    def __init__(self, spec: StreamRegion, *, queued: bool = True, registered: bool = True):
-        self.spec, self.queued, self.registered = spec, queued, registered
+    def __init__(self, spec: StreamRegion, *, queued: bool = True, registered: int = 1):
+        if registered not in (0, 1, 2):
+            raise ValueError(f"registered must be 0, 1 or 2 registers, not {registered!r}")
+        self.spec, self.queued, self.registered = spec, queued, int(registered)
         super().__init__({
             "mem": Out(region_signature(spec.region, "r")),
             "o_stream": Out(stream.Signature(spec.beat_bits)),
@@ -162,16 +165,20 @@ class RegionReader(wiring.Component):
         spec, region = self.spec, self.spec.region
         k, width = spec.words_per_beat, region.width
         addr = Signal(range(region.depth + 1))
-        # A word goes through the memory's output (read last cycle), then, registered, `data`.
+        # A word goes through the memory's output (read last cycle), then the `registered`
+        # stages; the last is `pending`, `part`, `data` (the memory's output with none).
         in_mem = Signal()                      # a word was read last cycle
         mem_part = Signal(range(k))            # index of that word in its beat
-        pending = Signal()                     # `data` holds a word
-        part = Signal(range(k))                # index of that word in its beat
-        data = Signal(width, reset_less=True)
-        stage = m.d.sync if self.registered else m.d.comb
-        stage += [pending.eq(in_mem & ~self.restart), part.eq(mem_part),
-                  data.eq(self.mem.r_data)]
-        in_flight = pending + in_mem if self.registered else in_mem
+        stages = [(in_mem, mem_part, self.mem.r_data)]
+        for i in range(self.registered):
+            valid, part_i = Signal(name=f"pending_{i}"), Signal(range(k), name=f"part_{i}")
+            data_i = Signal(width, name=f"data_{i}", reset_less=True)
+            prev_valid, prev_part, prev_data = stages[-1]
+            m.d.sync += [valid.eq(prev_valid & ~self.restart), part_i.eq(prev_part),
+                         data_i.eq(prev_data)]
+            stages.append((valid, part_i, data_i))
+        pending, part, data = stages[-1]
+        in_flight = sum(valid for valid, _, _ in stages)
         issue_part = Signal(range(k))          # index in its beat of the word read now
         assembled = Signal(width * max(1, k - 1), reset_less=True)
         issue = Signal()
@@ -195,14 +202,15 @@ class RegionReader(wiring.Component):
         else:
             # One output register. The last word of a beat is read only while the register is
             # empty and neither being filled nor about to be (no last word in the memory's
-            # output), so it always finds the register free; with a consumer that is always
-            # ready the register is free again two cycles after it filled.
+            # output or a register before the last), so it always finds the register free;
+            # with a consumer that is always ready the register is free again two cycles after
+            # it filled.
             out = Signal(spec.beat_bits, reset_less=True)
             out_valid = Signal()
             w_data, w_en = Signal(spec.beat_bits), Signal()
-            last_in_mem = in_mem & (mem_part == k - 1)
+            last_in_flight = Cat(valid & (p == k - 1) for valid, p, _ in stages[:-1]).any()
             m.d.comb += [issue.eq(more & ((issue_part != k - 1)
-                                          | ~(out_valid | w_en | last_in_mem))),
+                                          | ~(out_valid | w_en | last_in_flight))),
                          self.o_stream.valid.eq(out_valid),
                          self.o_stream.payload.eq(out)]
             with m.If(self.o_stream.ready):
@@ -334,10 +342,13 @@ class AttentionDevice(wiring.Component):
         m.submodules.core = core = ResetInserter(reset)(self.core)
         readers = {}
         for name in ("params", "x", "w"):
-            # the constants go into the core's memory once per run: no queue for them; on an
-            # iCE40 the memory's output is fast enough and the cells are scarce: no register
+            # the constants go into the core's memory once per run: no queue for them, and
+            # two registers (on the 8x8 ULX3S device the params region's block RAM, 55 rows
+            # from the one register, was the critical path); on an iCE40 the memory's output
+            # is fast enough and the cells are scarce: no register
+            registers = 0 if is_ice40(platform) else 2 if name == "params" else 1
             readers[name] = ResetInserter(reset)(RegionReader(
-                self.map.streams[name], queued=name != "params", registered=not is_ice40(platform)))
+                self.map.streams[name], queued=name != "params", registered=registers))
             m.submodules[f"read_{name}"] = readers[name]
             wiring.connect(m, readers[name].mem, link.region_port(name))
         m.submodules.write_y = writer = ResetInserter(reset)(RegionWriter(

@@ -80,10 +80,12 @@ class _ReaderBench(wiring.Component):
         return m
 
 
-@pytest.mark.parametrize("registered", [True, False])
+@pytest.mark.parametrize("registered", [0, 1, 2])
 @pytest.mark.parametrize("queued", [True, False])
-@pytest.mark.parametrize("words_per_beat,stall", [(1, 0.0), (1, 0.5), (2, 0.3), (3, 0.0),
-                                                  (3, 0.4), (4, 0.6), (5, 0.2)])
+# (long stalls: a beat the output register still holds when the next word arrives)
+@pytest.mark.parametrize("words_per_beat,stall", [(1, 0.0), (1, 0.5), (1, 0.8), (2, 0.3),
+                                                  (2, 0.8), (3, 0.0), (3, 0.4), (4, 0.6),
+                                                  (5, 0.2)])
 def test_reader(words_per_beat, stall, queued, registered):
     width = 10
     spec = StreamRegion(P.Region("r", width, 12 * words_per_beat), width * words_per_beat - 3,
@@ -109,13 +111,13 @@ def test_reader(words_per_beat, stall, queued, registered):
     assert_equal("reader beats", beats[:5] + beats, got)
 
 
-@pytest.mark.parametrize("registered", [True, False])
+@pytest.mark.parametrize("registered", [0, 1, 2])
 @pytest.mark.parametrize("queued", [True, False])
-@pytest.mark.parametrize("words_per_beat", [1, 2, 3, 4])
+@pytest.mark.parametrize("words_per_beat", [1, 2, 3, 4, 6])
 def test_reader_rate(words_per_beat, queued, registered):
     """With a consumer that is always ready, a beat every ``words_per_beat`` cycles behind the
-    queue (1 or 2 words per beat), at least every 4 behind the output register (3 without the
-    data register)."""
+    queue (1 or 2 words per beat), at least every 3 + ``registered`` behind the output
+    register."""
     width = 8
     spec = StreamRegion(P.Region("r", width, 16 * words_per_beat), width * words_per_beat,
                         words_per_beat)
@@ -134,6 +136,12 @@ def test_reader_rate(words_per_beat, queued, registered):
     expected = (words_per_beat if queued and words_per_beat < 3
                 else max(3 + registered, words_per_beat))
     assert gaps == {expected}, f"cycles between beats: {sorted(gaps)}"
+
+
+def test_reader_registers_checked():
+    spec = StreamRegion(P.Region("r", 8, 4), 8, 1)
+    with pytest.raises(ValueError, match="registered must be 0, 1 or 2"):
+        RegionReader(spec, registered=3)
 
 
 @pytest.mark.parametrize("registered", [True, False])
