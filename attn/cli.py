@@ -154,7 +154,7 @@ def cmd_build(args) -> int:
     cfg = _parse_overrides(preset(args.preset or spec.preset), args.set)
     try:
         report = build_board(spec, cfg, clock_mhz=args.clock, baud=args.baud, seed=args.seed,
-                             router=args.router, out_dir=args.out,
+                             placer=args.placer, router=args.router, out_dir=args.out,
                              allow_timing_fail=args.allow_timing_fail)
     except BuildFailed as exc:
         print(f"attn build: FAILED: {exc}", file=sys.stderr)
@@ -368,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     verilog.add_argument("-o", "--output", required=True, metavar="FILE.v")
     verilog.set_defaults(func=cmd_verilog)
 
-    from boards.build import BOARDS, ROUTERS
+    from boards.build import BOARDS, PLACERS, ROUTERS
     build = sub.add_parser("build", help="build a board's bitstream and its report",
                            description="Synthesize, place and route the accelerator for a "
                            "board with YoWASP (or native) Yosys and nextpnr; write the "
@@ -384,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--baud", type=int, default=None,
                        help="UART baud rate (default: the board's)")
     build.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    build.add_argument("--placer", choices=PLACERS, default=None,
+                       help="nextpnr's placer (default heap; static for the large ECP5 "
+                            "designs, such as --preset ulx3s_16x8)")
     build.add_argument("--router", choices=ROUTERS, default=None,
                        help="nextpnr's router (default router1; router2 for congested designs "
                             "such as --preset ulx3s_16x8)")

@@ -33,6 +33,8 @@ def test_unknown_board_and_bad_clock():
         BoardTop(board_spec("icebreaker"), preset("tiny"), clock_mhz=5000)
     with pytest.raises(ValueError, match="router must be one of router1, router2, not 'r3'"):
         build_board(board_spec("ulx3s"), preset("tiny"), router="r3", log=None)
+    with pytest.raises(ValueError, match="placer must be one of heap, sa, static, not 'x'"):
+        build_board(board_spec("ulx3s"), preset("tiny"), placer="x", log=None)
 
 
 def _tools_missing(family):
@@ -67,14 +69,18 @@ def test_build_icebreaker_bitstream(tmp_path):
 
 @pytest.mark.slow
 def test_build_ulx3s_bitstream(tmp_path):
-    """The tiny preset on the ULX3S, with nextpnr's router2 (about a minute; --runslow)."""
+    """The tiny preset on the ULX3S, with nextpnr's static placer and router2 (about a minute;
+    --runslow)."""
     reason = _tools_missing("ecp5")
     if reason:
         pytest.skip(reason)
     spec = board_spec("ulx3s")
-    report = build_board(spec, preset("tiny"), router="router2", out_dir=tmp_path, log=None)
-    assert report["routed"] and report["timing_met"] and report["router"] == "router2"
-    assert "Router2" in (tmp_path / "work" / "attn.tim").read_text()
+    report = build_board(spec, preset("tiny"), placer="static", router="router2",
+                         out_dir=tmp_path, log=None)
+    assert report["routed"] and report["timing_met"]
+    assert (report["placer"], report["router"]) == ("static", "router2")
+    log = (tmp_path / "work" / "attn.tim").read_text()
+    assert "Router2" in log and "static placer" in log.lower()
     assert report["fmax_mhz"] >= report["clock_mhz"] == spec.clock_mhz
     used, total = report["resources"]["logic"]
     assert 0 < used < total and report["resources"]["dsp"][0] > 0
@@ -104,6 +110,10 @@ def test_report_markdown():
     text = report_markdown(_report())
     assert "| logic | 8,727 | 83,640 | 10 |" in text and "spram" not in text
     assert "fmax 73.5 MHz: timing met" in text
+    # reports from before the placer and router were recorded name nextpnr's defaults
+    assert "seed 1, heap placer, router1." in text
+    assert "seed 1, static placer, router2." in report_markdown(
+        _report(placer="static", router="router2"))
     failed = report_markdown(_report(timing_met=False, routed=False, fmax_mhz=None,
                                      bitstream=None, bitstream_bytes=None,
                                      error="ERROR: Unable to place cell"))
@@ -148,3 +158,23 @@ def test_cli_errors(tmp_path, capsys, monkeypatch):
         main(["build", "--board", "nexys"])
     assert main(["build", "--board", "ulx3s", "--set", "rows=3"]) == 2
     assert "power of two" in capsys.readouterr().err
+
+
+def test_build_cli_passes_placer_and_router(monkeypatch, capsys, tmp_path):
+    """`attn build --placer/--router` reach nextpnr's options; unknown names are refused."""
+    seen = {}
+
+    def fake_build(spec, cfg, **kwargs):
+        seen.update(kwargs)
+        return {"resources": {"logic": [1, 2]}, "timing_met": True, "fmax_mhz": 70.0,
+                "clock_mhz": 65, "bitstream": "b", "seconds": 1}
+
+    monkeypatch.setattr("boards.build.build_board", fake_build)
+    assert main(["build", "--board", "ulx3s", "--placer", "static", "--router", "router2",
+                 "--out", str(tmp_path)]) == 0
+    assert (seen["placer"], seen["router"]) == ("static", "router2")
+    assert main(["build", "--board", "ulx3s", "--out", str(tmp_path)]) == 0
+    assert (seen["placer"], seen["router"]) == (None, None)
+    with pytest.raises(SystemExit):
+        main(["build", "--board", "ulx3s", "--placer", "annealing"])
+    assert "invalid choice: 'annealing'" in capsys.readouterr().err
