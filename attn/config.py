@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-__all__ = ["AttnConfig", "PRESETS", "preset", "EXP_MODES", "ROUNDING_MODES", "DSP_MODES"]
+__all__ = ["AttnConfig", "PRESETS", "preset", "EXP_MODES", "ROUNDING_MODES", "DSP_MODES",
+           "PARAMS_RAMS"]
 
 EXP_MODES = ("exp2", "direct")
 ROUNDING_MODES = ("half_up", "half_even")
 DSP_MODES = ("infer", "ecp5_registered")
+PARAMS_RAMS = ("lut", "block")
 
 
 def _bits_signed(max_abs: int) -> int:
@@ -105,6 +107,12 @@ class AttnConfig:
     dsp : str
         How the array's multipliers are built: ``"infer"`` (``*`` in the netlist) or
         ``"ecp5_registered"`` (MULT18X18D instantiated with its registers).
+    params_ram : str
+        Where the attention core keeps its per-tile requantization constants on ECP5:
+        ``"lut"`` (LUT RAM, the default: its output reaches the requantizers in time) or
+        ``"block"`` (DP16KD: about 2,600 LUT4 and 300 LUT-RAM slices fewer, for devices whose
+        LUT RAM is congested; the block's 5.8 ns output then starts the requantizers' paths).
+        Results and cycles do not depend on it; iCE40 ignores it.
     div_bits_per_stage : int
         Quotient bits per pipeline stage of the softmax's divider (1 to 4): fewer flip-flops,
         a longer path, ``ceil(prob_bits / div_bits_per_stage)`` cycles of latency. Results do
@@ -152,6 +160,7 @@ class AttnConfig:
     rounding: str = "half_up"
     masks: bool = True
     dsp: str = "infer"
+    params_ram: str = "lut"
     div_bits_per_stage: int = 1
     softmax_units: int = 0
     bank_writers: int = 0
@@ -167,7 +176,7 @@ class AttnConfig:
             if not lo <= value <= hi:
                 raise ValueError(f"{field} must be between {lo} and {hi}, not {value!r}")
         for field, choices in (("exp_mode", EXP_MODES), ("rounding", ROUNDING_MODES),
-                               ("dsp", DSP_MODES)):
+                               ("dsp", DSP_MODES), ("params_ram", PARAMS_RAMS)):
             value = getattr(self, field)
             if value not in choices:
                 raise ValueError(f"{field} must be one of {', '.join(choices)}, not {value!r}")
@@ -375,10 +384,12 @@ def _make_presets() -> dict:
         # ULX3S (ECP5-85F): the same shape on a 16x8 array, 128 registered DSPs, with a
         # softmax unit per array row, eight requantizers (a score tile, K = d = 16, brings
         # 16 rows of 8 in 16 cycles: with four the array waited for them 10 % of the reference
-        # layer) and four bank writers (two: 7 %). 152 of the 156 DSPs.
+        # layer) and four bank writers (two: 7 %). 153 of the 156 DSPs; the requantization
+        # constants in block RAM, so that the device routes (in LUT RAM the corner with the
+        # requantizers stayed congested).
         "ulx3s_16x8": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=16,
                                    cols=8, softmax_units=16, requant_units=8, bank_writers=4,
-                                   dsp="ecp5_registered"),
+                                   dsp="ecp5_registered", params_ram="block"),
         # ULX3S (ECP5-85F): MiniLM-sized layers on a 16x8 array of registered MULT18X18D
         # (128 of the 156 DSPs; the attention core needs power-of-two array sides).
         "ulx3s": base.replace(max_seq_len=64, max_d_model=384, max_heads=12, rows=16,

@@ -291,7 +291,9 @@ class AttentionCore(wiring.Component):
         p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), 2 << tok_bits, bram=True)
                  for r in range(R)]
         w_mem = mem("weights", lanes_layout(cfg, cfg.w_bits), _pow2(dmax))
-        c_mem = mem("params", param_layout(cfg), self.max_tiles, lutram=True)
+        block_params = cfg.params_ram == "block"
+        c_mem = mem("params", param_layout(cfg), self.max_tiles, lutram=not block_params,
+                    bram=block_params)
         head_layout = data.StructLayout({"mult": unsigned(cfg.mult_bits),
                                          "shift": unsigned(cfg.shift_bits)})
         h_mem = mem("head_params", head_layout, 2 * _pow2(hmax), block=True)

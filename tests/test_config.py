@@ -35,6 +35,7 @@ def test_frozen():
     (dict(exp_mode="exp10"), ValueError, r"exp_mode must be one of exp2, direct, not 'exp10'"),
     (dict(rounding="down"), ValueError, r"rounding must be one of half_up, half_even"),
     (dict(dsp="xilinx"), ValueError, r"dsp must be one of infer, ecp5_registered, not 'xilinx'"),
+    (dict(params_ram="spram"), ValueError, r"params_ram must be one of lut, block, not 'spram'"),
     (dict(masks=1), TypeError, r"masks must be a bool, not 1"),
     (dict(name=3), TypeError, r"name must be a str, not 3"),
     (dict(max_heads=32, max_d_model=16), ValueError,

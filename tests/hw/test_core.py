@@ -249,15 +249,18 @@ def test_core_requantizer_multiplier_fits_the_dsp_budget(name, device, family, e
 
 
 @pytest.mark.parametrize("device, family", [("LFE5U-85F", "ecp5"), ("iCE40UP5K", "ice40")])
-def test_core_memory_mapping(device, family):
+@pytest.mark.parametrize("params_ram", ["lut", "block"])
+def test_core_memory_mapping(device, family, params_ram):
     """On ECP5 the P banks, whose read address (the reduction counter) all R banks share, are
-    block RAM and the constants LUT RAM; iCE40 has no LUT RAM and decides by itself."""
-    cfg = preset("ulx3s_8x4")
+    block RAM and the constants LUT RAM, or block RAM with ``params_ram="block"``; iCE40 has
+    no LUT RAM and decides by itself."""
+    cfg = preset("ulx3s_8x4").replace(params_ram=params_ram)
     m = AttentionCore(cfg).elaborate(_Platform(device, family))
     probs = [m.submodules[f"probs_{r}"].attrs.get("ram_style") for r in range(cfg.rows)]
     params = m.submodules["params"].attrs.get("ram_style")
     if family == "ecp5":
-        assert probs == ["block"] * cfg.rows and params == "distributed"
+        assert probs == ["block"] * cfg.rows
+        assert params == {"lut": "distributed", "block": "block"}[params_ram]
     else:
         assert probs == [None] * cfg.rows and params is None
 
