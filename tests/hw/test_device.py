@@ -255,6 +255,22 @@ def test_device_malformed_frames():
             device.read("y", spec.region.depth + 1)
 
 
+def test_device_reset_mid_run():
+    """RESET while a run is going (the core, readers and writer reset a cycle after the link,
+    from their register) stops it; the next run is exact and the status counts both."""
+    cfg = preset("tiny")
+    qm, xi, expected = layer(cfg, 8, 16, 2, seed=5)
+    with open_cosim(cfg) as device:
+        run_on_device(device, cfg, qm, xi)              # loads the regions
+        device.start(pack_args(cfg, **core_streams(cfg, qm, xi)["args"]))
+        assert device.status().busy                     # still going ...
+        device.reset()                                  # ... until RESET
+        st = device.status()
+        assert not st.running and not st.busy
+        fresh = run_on_device(device, cfg, qm, xi)
+        assert_equal("device output after a reset mid-run", expected.y, fresh.y)
+
+
 def test_device_ports():
     for divisor, ports in ((4, {"rx", "tx", "running"}),
                            (None, {"i_stream", "o_stream", "running"})):
