@@ -25,10 +25,12 @@ __all__ = ["BOARDS", "board_spec", "build_board", "program_board", "BuildFailed"
            "report_markdown", "BUILD", "PLACERS", "ROUTERS"]
 
 BUILD = Path("build") / "boards"
-#: nextpnr's placers (``--placer``; nextpnr's default is heap).
+#: nextpnr's placers (``--placer``), its default first.
 PLACERS = ("heap", "sa", "static")
-#: nextpnr's routers (``--router``).
+#: nextpnr's routers (``--router``), its default first.
 ROUTERS = ("router1", "router2")
+#: The nextpnr options ``build_board`` passes through, with their choices.
+_NEXTPNR_CHOICES = {"placer": PLACERS, "router": ROUTERS}
 
 #: Programmer package hints per command.
 _INSTALL = {"iceprog": "apt-get install fpga-icestorm",
@@ -79,7 +81,9 @@ def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None =
     routes congested designs that router1 takes hours over; the static placer placed the
     16x8 ULX3S device in 14 minutes with a third less wire than heap's 33.
     """
-    for what, value, choices in (("placer", placer, PLACERS), ("router", router, ROUTERS)):
+    chosen = {"placer": placer, "router": router}
+    for what, value in chosen.items():
+        choices = _NEXTPNR_CHOICES[what]
         if value is not None and value not in choices:
             raise ValueError(f"{what} must be one of {', '.join(choices)}, not {value!r}")
     from boards.top import BoardTop
@@ -96,8 +100,8 @@ def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None =
         "designs, much longer for large ECP5 ones)")
     synth = build_top(top, family=spec.family, name="attn", build_dir=out / "work",
                       seed=seed,
-                      nextpnr_opts=" ".join(f"--{what} {value}" for what, value in
-                                            (("placer", placer), ("router", router)) if value),
+                      nextpnr_opts=" ".join(f"--{what} {value}"
+                                            for what, value in chosen.items() if value),
                       dsp=True, bitstream=True, check=False,
                       platform=spec.platform(), log=log)
     bitstream = None
@@ -118,7 +122,7 @@ def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None =
         "routed": synth.routed, "seconds": round(synth.seconds, 1),
         "synth_seconds": round(synth.synth_seconds, 1),
         "pnr_seconds": round(synth.pnr_seconds, 1), "seed": seed,
-        "placer": placer or "heap", "router": router or "router1",
+        **{what: value or _NEXTPNR_CHOICES[what][0] for what, value in chosen.items()},
         "bitstream": str(bitstream) if bitstream else None,
         "bitstream_bytes": bitstream.stat().st_size if bitstream else None,
         "critical_path": synth.critical_path, "error": synth.error,
@@ -177,7 +181,7 @@ def report_markdown(report) -> str:
         "",
         f"Build time {report['seconds']} s (Yosys {report['synth_seconds']} s, nextpnr "
         f"{report['pnr_seconds']} s), seed {report['seed']}, "
-        f"{report.get('placer', 'heap')} placer, {report.get('router', 'router1')}.",
+        f"{report.get('placer', PLACERS[0])} placer, {report.get('router', ROUTERS[0])}.",
         "",
         f"Bitstream: {report['bitstream'] or 'none'}"
         + (f" ({report['bitstream_bytes']:,} bytes)" if report["bitstream_bytes"] else ""),

@@ -363,8 +363,10 @@ class AttentionDevice(wiring.Component):
         for name in ("params", "x", "w"):
             # the constants go into the core's memory once per run: no queue for them, and
             # two registers (on the 8x8 ULX3S device the params region's block RAM, 55 rows
-            # from the one register, was the critical path); on an iCE40 the memory's output
-            # is fast enough and the cells are scarce: no register
+            # from the one register, was the critical path; with two, the link's own register
+            # on that block RAM is as far and as slow, 87.0 MHz, until the block's output
+            # register is used); on an iCE40 the memory's output is fast enough and the cells
+            # are scarce: no register
             registers = 0 if is_ice40(platform) else 2 if name == "params" else 1
             readers[name] = in_core(RegionReader(
                 self.map.streams[name], queued=name != "params", registered=registers))

@@ -257,7 +257,8 @@ def test_device_malformed_frames():
 
 def test_device_reset_mid_run():
     """RESET while a run is going (the core, readers and writer reset a cycle after the link,
-    from their register) stops it; the next run is exact and the status counts both."""
+    from their register) stops it: the status shows neither running nor busy, and the next
+    run is exact."""
     cfg = preset("tiny")
     qm, xi, expected = layer(cfg, 8, 16, 2, seed=5)
     with open_cosim(cfg) as device:
