@@ -97,15 +97,17 @@ def run_on_device(device: Device, cfg, model, x_int, *, causal: bool = False,
     return RemoteRun(y=y, cycles=counters["cycles"], counters=counters, seconds=seconds)
 
 
-def open_cosim(cfg, *, divisor: int = COSIM_DIVISOR, vcd=None) -> Device:
+def open_cosim(cfg, *, divisor: int = COSIM_DIVISOR, vcd=None,
+               region_registers: bool | None = None) -> Device:
     """A :class:`Device` on :class:`hw.device.AttentionDevice` in the Amaranth simulator,
-    reached bit by bit through its UART pins."""
+    reached bit by bit through its UART pins (``region_registers``: the device's)."""
     from hw.device import AttentionDevice
 
     from .transport import SimTransport
 
     # the parser timeout must outlast the simulated host's gaps (none) and one byte time
-    top = AttentionDevice(cfg, divisor=divisor, timeout_cycles=40 * 10 * divisor)
+    top = AttentionDevice(cfg, divisor=divisor, timeout_cycles=40 * 10 * divisor,
+                          region_registers=region_registers)
     transport = SimTransport(top, divisor=divisor, vcd=vcd)
     return Device(transport, config=cfg)
 

@@ -145,25 +145,31 @@ class DeviceMap:
 class RegionReader(wiring.Component):
     """Streams a region out from word 0, one beat of ``words_per_beat`` words per beat.
 
-    ``registered`` (0, 1 or 2; ``True`` is 1, the default) is how many registers every word read
-    from the memory goes through first (1 + ``registered`` cycles from address to data), so the
-    memory's slow output (about 6 ns on an ECP5 DP16KD) drives one short wire, not the way across
-    the die to the core; with 2 the second register can sit by the core and the first by the
-    memory. With 0 the memory's output goes straight into the beat (for the iCE40, which has no
-    cells to spare).
+    ``latency`` (1 or 2) is the memory's, cycles from ``r_addr`` to ``r_data``
+    (:meth:`~hw.hostlink.HostLink.read_latency`). ``registered`` (0, 1 or 2; ``True`` is 1, the
+    default) is how many registers every word read from the memory goes through first
+    (``latency + registered`` cycles from address to data), so the memory's slow output (about
+    6 ns on an ECP5 DP16KD without its own output register) drives one short wire, not the way
+    across the die to the core; with 2 the second register can sit by the core and the first
+    by the memory. With 0 the memory's output goes straight into the beat (for the iCE40, which
+    has no cells to spare, or behind a memory with an output register).
 
     With ``queued`` (the default), one beat per ``words_per_beat`` cycles while the consumer is
-    ready: behind a queue (8 beats with registers, 4 without) for 1 or 2 words per beat, one
-    output register for more (one beat per ``max(3 + registered, words_per_beat)`` cycles).
-    With ``queued=False`` always the output register, for a stream whose rate does not matter
-    (the constants, one beat per tile). ``restart`` (a cycle pulse) goes back to word 0 and
-    drops what was fetched. Reading stops at the end of the region.
+    ready: behind a queue (8 beats with any register, 4 without) for 1 or 2 words per beat, one
+    output register for more (one beat per ``max(2 + latency + registered, words_per_beat)``
+    cycles). With ``queued=False`` always the output register, for a stream whose rate does not
+    matter (the constants, one beat per tile). ``restart`` (a cycle pulse) goes back to word 0
+    and drops what was fetched. Reading stops at the end of the region.
     """
 
-    def __init__(self, spec: StreamRegion, *, queued: bool = True, registered: int = 1):
+    def __init__(self, spec: StreamRegion, *, queued: bool = True, registered: int = 1,
+                 latency: int = 1):
         if registered not in (0, 1, 2):
             raise ValueError(f"registered must be 0, 1 or 2 registers, not {registered!r}")
+        if latency not in (1, 2):
+            raise ValueError(f"latency must be 1 or 2 cycles, not {latency!r}")
         self.spec, self.queued, self.registered = spec, queued, int(registered)
+        self.latency = latency
         super().__init__({
             "mem": Out(region_signature(spec.region, "r")),
             "o_stream": Out(stream.Signature(spec.beat_bits)),
@@ -175,11 +181,17 @@ class RegionReader(wiring.Component):
         spec, region = self.spec, self.spec.region
         k, width = spec.words_per_beat, region.width
         addr = Signal(range(region.depth + 1))
-        # A word goes through the memory's output (read last cycle), then the `registered`
+        # A word goes through the memory (read `latency` cycles before), then the `registered`
         # stages; the last is `pending`, `part`, `data` (the memory's output with none).
         in_mem = Signal()                      # a word was read last cycle
         mem_part = Signal(range(k))            # index of that word in its beat
-        stages = [(in_mem, mem_part, self.mem.r_data)]
+        stages = [(in_mem, mem_part, None)]
+        for i in range(1, self.latency):       # ... and is in the memory's output register
+            (prev_valid, prev_part, _), valid_i = stages[-1], Signal(name=f"in_mem_{i}")
+            part_i = Signal(range(k), name=f"mem_part_{i}")
+            m.d.sync += [valid_i.eq(prev_valid & ~self.restart), part_i.eq(prev_part)]
+            stages.append((valid_i, part_i, None))
+        stages[-1] = (*stages[-1][:2], self.mem.r_data)
         for i in range(self.registered):
             valid, part_i = Signal(name=f"pending_{i}"), Signal(range(k), name=f"part_{i}")
             data_i = Signal(width, name=f"data_{i}", reset_less=True)
@@ -201,7 +213,7 @@ class RegionReader(wiring.Component):
         if self.queued and k < 3:
             # A beat every cycle or every other one: a queue that the words in flight (in the
             # memory's output and in `data`) and the one read now must fit in.
-            depth = 8 if self.registered else 4
+            depth = 8 if self.registered + self.latency > 1 else 4
             m.submodules.queue = queue = ResetInserter(self.restart)(
                 BlockRAMFIFO(width=spec.beat_bits, depth=depth))
             m.d.comb += [issue.eq(more & (queue.level + in_flight < depth)),
@@ -318,6 +330,9 @@ class AttentionDevice(wiring.Component):
         The link's frame timeout (see :class:`~hw.hostlink.HostLink`).
     max_payload : int
         The link's frame buffer in bytes.
+    region_registers : bool or None
+        The link's (:class:`~hw.hostlink.HostLink`): ``None`` has them on ECP5 only; ``True``
+        in simulation runs the ULX3S's read timing.
 
     Members
     -------
@@ -328,14 +343,14 @@ class AttentionDevice(wiring.Component):
     """
 
     def __init__(self, cfg, *, divisor: int | None = None, timeout_cycles: int = 100_000,
-                 max_payload: int = 256):
+                 max_payload: int = 256, region_registers: bool | None = None):
         self.cfg = cfg
         self.map = DeviceMap(cfg)
         self.divisor = divisor
         self.core = AttentionCore(cfg)
         self.link = HostLink(config=cfg, regions=self.map.regions, run_layout=self.map.run_layout,
                              counters=len(COUNTERS), timeout_cycles=timeout_cycles,
-                             max_payload=max_payload,
+                             max_payload=max_payload, region_registers=region_registers,
                              core_access={name: "w" if name == "y" else "r"
                                           for name in DeviceMap.STREAMS})
         ports = host_ports(divisor)
@@ -360,16 +375,19 @@ class AttentionDevice(wiring.Component):
         in_core = DomainRenamer("core")
         m.submodules.core = core = in_core(self.core)
         readers = {}
+        latency = link.read_latency(platform)
         for name in ("params", "x", "w"):
-            # the constants go into the core's memory once per run: no queue for them, and
-            # two registers (on the 8x8 ULX3S device the params region's block RAM, 55 rows
-            # from the one register, was the critical path; with two, the link's own register
-            # on that block RAM is as far and as slow, 87.0 MHz, until the block's output
-            # register is used); on an iCE40 the memory's output is fast enough and the cells
-            # are scarce: no register
+            # Every word read goes through `latency - 1 + registered` registers: one for the
+            # weights and the layer input, two for the constants (they go into the core's memory
+            # once per run: no queue for them). On ECP5 the first is the block RAM's output
+            # register (:class:`hw.bram.RegisteredMemory`; without it the params region's
+            # DP16KD, 55 rows from its register, was the 8x8 ULX3S device's critical path, and a
+            # second register in the fabric did not help). On an iCE40 the memory's output is
+            # fast enough and the cells are scarce: none.
             registers = 0 if is_ice40(platform) else 2 if name == "params" else 1
             readers[name] = in_core(RegionReader(
-                self.map.streams[name], queued=name != "params", registered=registers))
+                self.map.streams[name], queued=name != "params", latency=latency,
+                registered=max(0, registers - (latency - 1))))
             m.submodules[f"read_{name}"] = readers[name]
             wiring.connect(m, readers[name].mem, link.region_port(name))
         m.submodules.write_y = writer = in_core(RegionWriter(

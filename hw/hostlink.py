@@ -52,6 +52,7 @@ from attn.protocol import (
     run_arg_bytes,
 )
 
+from .bram import RegisteredMemory
 from .crc import crc16_next
 from .dsp import times_constant
 from .spram import SinglePortMemory, ecp5_slice_width, spram_blocks, spram_plan
@@ -72,8 +73,9 @@ def region_signature(region: Region, access: str = "rw") -> wiring.Signature:
     """The core's view of a region: a synchronous read port (``access`` ``"r"``), a write port
     (``"w"``) or both (``"rw"``, the default).
 
-    ``r_data`` holds the word at the ``r_addr`` presented in the previous cycle with ``r_en``
-    high (one cycle of latency, not transparent to a write in the same cycle). A word is written
+    ``r_data`` holds the word at the ``r_addr`` presented ``latency`` cycles before with ``r_en``
+    high (:meth:`HostLink.read_latency`: one cycle, or two with region registers; not
+    transparent to a write in the same cycle). A word is written
     at ``w_addr`` in a cycle with ``w_en`` high.
     """
     if access not in _ACCESS:
@@ -146,11 +148,13 @@ class HostLink(wiring.Component):
         (the default for names not given). A port the core does not have costs no multiplexer
         in front of the memory.
     region_registers : bool or None
-        Whether every region's read data goes to a register of its own before the region
-        multiplexer, so that a reply takes a word three cycles after reading it instead of two
-        and nothing follows a block RAM's output in its cycle. ``None`` (the default): on ECP5,
-        whose block RAMs take 5.8 ns to present their output, not on iCE40, where the
-        flip-flops would cost logic cells the iCEBreaker does not have. Replies are the same.
+        Whether every region's read data comes through a register of its own, for the link and
+        the core (:meth:`read_latency` 2 instead of 1; a reply takes a word three cycles after
+        reading it instead of two), so that nothing follows a block RAM's output in its cycle.
+        The register is the block RAM's own on ECP5 (:class:`hw.bram.RegisteredMemory`), one in
+        the fabric for a region in SPRAM. ``None`` (the default): on ECP5, whose block RAMs
+        take 5.8 ns to present their output without it, not on iCE40, where the flip-flops
+        would cost logic cells the iCEBreaker does not have. Replies are the same.
 
     Members
     -------
@@ -255,6 +259,13 @@ class HostLink(wiring.Component):
                                                               self.access[region.name]))
         super().__init__(ports)
 
+    def read_latency(self, platform) -> int:
+        """Cycles from a region port's ``r_addr`` to its ``r_data`` when elaborated for
+        ``platform``: 2 with region registers (see ``region_registers``), else 1."""
+        registered = (is_ecp5(platform) if self.region_registers is None
+                      else self.region_registers)
+        return 2 if registered else 1
+
     def region_port(self, name: str):
         """The core's ports of region ``name`` (an interface of :func:`region_signature`)."""
         return getattr(self, f"mem_{name}")
@@ -298,7 +309,12 @@ class HostLink(wiring.Component):
         region_sel = Signal(8)
         link_w_en = Signal()
         link_r_data = Signal(word_bits)
-        mem_r_data = []
+        mem_r_q = []
+        # With `registered`, every region's read data comes through a register of its own
+        # (the DP16KD's output register on ECP5, :class:`hw.bram.RegisteredMemory`), for the
+        # link and the core alike: two cycles from address to data, and no block RAM output
+        # drives more than a wire in its cycle.
+        registered = self.read_latency(platform) == 2
         # A region the core only reads or only writes is never used by the link and the core
         # in the same cycle: one address serves both, and on an iCE40 UltraPlus the largest
         # such regions go to SPRAM (:mod:`hw.spram`).
@@ -316,47 +332,66 @@ class HostLink(wiring.Component):
             # A WRITE shifts its bytes in from the top of ``word``: the region's word is the
             # top ``word_bytes`` bytes.
             link_data = word[word_bits - 8 * region.word_bytes:][:region.width]
+            link_addr = ptr[:abits]
+            if registered and region.name not in self.spram_regions:
+                mem = RegisteredMemory(width=region.width, depth=region.depth,
+                                       name=f"region_{region.name}")
+                m.submodules[f"region_{region.name}"] = mem
+                self.memories[region.name] = mem.memory
+                core_w = "w" in access
+                core_r = "r" in access
+                m.d.comb += [
+                    mem.w_addr.eq(Mux(port_sel, core.w_addr, link_addr) if core_w
+                                  else link_addr),
+                    mem.w_data.eq(Mux(port_sel, core.w_data, link_data) if core_w
+                                  else link_data),
+                    mem.w_en.eq(Mux(port_sel, core.w_en, mine) if core_w else mine & ~port_sel),
+                    mem.r_addr.eq(Mux(port_sel, core.r_addr, link_addr) if core_r
+                                  else link_addr),
+                    mem.r_en.eq(Mux(port_sel, core.r_en, 1) if core_r else ~port_sel),
+                ]
+                if core_r:
+                    m.d.comb += core.r_data.eq(mem.r_data)
+                mem_r_q.append(mem.r_data)
+                continue
             if access == "rw":
                 mem = Memory(shape=unsigned(region.width), depth=region.depth, init=[])
                 m.submodules[f"region_{region.name}"] = self.memories[region.name] = mem
                 wp, rp = mem.write_port(), mem.read_port()
-                m.d.comb += [wp.addr.eq(Mux(port_sel, core.w_addr, ptr[:abits])),
+                m.d.comb += [wp.addr.eq(Mux(port_sel, core.w_addr, link_addr)),
                              wp.data.eq(Mux(port_sel, core.w_data, link_data)),
                              wp.en.eq(Mux(port_sel, core.w_en, mine)),
-                             rp.addr.eq(Mux(port_sel, core.r_addr, ptr[:abits])),
-                             rp.en.eq(Mux(port_sel, core.r_en, 1)),
-                             core.r_data.eq(rp.data)]
-                mem_r_data.append(rp.data)
-                continue
-            spm = SinglePortMemory(width=region.width, depth=region.depth,
-                                   spram=region.name in self.spram_regions,
-                                   name=f"region_{region.name}",
-                                   slice_width=ecp5_slice_width(region.depth) if on_ecp5
-                                   else None)
-            m.submodules[f"region_{region.name}"] = spm
-            if spm.memory is not None:
-                self.memories[region.name] = spm.memory
-            if access == "r":
-                m.d.comb += [spm.addr.eq(Mux(port_sel, core.r_addr, ptr[:abits])),
-                             spm.r_en.eq(Mux(port_sel, core.r_en, 1)),
-                             spm.w_data.eq(link_data), spm.w_en.eq(mine & ~port_sel),
-                             core.r_data.eq(spm.r_data)]
+                             rp.addr.eq(Mux(port_sel, core.r_addr, link_addr)),
+                             rp.en.eq(Mux(port_sel, core.r_en, 1))]
+                r_data = rp.data
             else:
-                m.d.comb += [spm.addr.eq(Mux(port_sel, core.w_addr, ptr[:abits])),
-                             spm.r_en.eq(~port_sel),
-                             spm.w_data.eq(Mux(port_sel, core.w_data, link_data)),
-                             spm.w_en.eq(Mux(port_sel, core.w_en, mine))]
-            mem_r_data.append(spm.r_data)
+                spm = SinglePortMemory(width=region.width, depth=region.depth,
+                                       spram=region.name in self.spram_regions,
+                                       name=f"region_{region.name}",
+                                       slice_width=ecp5_slice_width(region.depth) if on_ecp5
+                                       else None)
+                m.submodules[f"region_{region.name}"] = spm
+                if spm.memory is not None:
+                    self.memories[region.name] = spm.memory
+                if access == "r":
+                    m.d.comb += [spm.addr.eq(Mux(port_sel, core.r_addr, link_addr)),
+                                 spm.r_en.eq(Mux(port_sel, core.r_en, 1)),
+                                 spm.w_data.eq(link_data), spm.w_en.eq(mine & ~port_sel)]
+                else:
+                    m.d.comb += [spm.addr.eq(Mux(port_sel, core.w_addr, link_addr)),
+                                 spm.r_en.eq(~port_sel),
+                                 spm.w_data.eq(Mux(port_sel, core.w_data, link_data)),
+                                 spm.w_en.eq(Mux(port_sel, core.w_en, mine))]
+                r_data = spm.r_data
+            if registered:                      # a region in SPRAM: a register in the fabric
+                r_q = Signal(region.width, name=f"link_r_{region.name}", reset_less=True)
+                m.d.sync += r_q.eq(r_data)
+                r_data = r_q
+            if "r" in access:
+                m.d.comb += core.r_data.eq(r_data)
+            mem_r_q.append(r_data)
         # The selected region's read data goes to a register (`link_r_q`) that a reply takes
-        # a word from (P_LOAD) after the read; with `region_registers` every region's data
-        # first goes to a register of its own (P_WAIT2), so that nothing but wires follows a
-        # block RAM's output.
-        registered = on_ecp5 if self.region_registers is None else self.region_registers
-        mem_r_q = mem_r_data
-        if registered:
-            mem_r_q = [Signal(len(rdata), name=f"link_r_{region.name}")
-                       for rdata, region in zip(mem_r_data, regions)]
-            m.d.sync += [q.eq(rdata) for q, rdata in zip(mem_r_q, mem_r_data)]
+        # a word from (P_LOAD) after the read (P_WAIT, and P_WAIT2 with `registered`).
         with m.Switch(region_sel):
             for index, rdata in enumerate(mem_r_q):
                 with m.Case(index):

