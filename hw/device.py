@@ -410,13 +410,17 @@ class AttentionDevice(wiring.Component):
         ]
 
         # run control: check the arguments, restart the bridge, start the core, wait for it
-        # The checks take two registered steps (H * head_dim is a multiplier), so the start
+        # The checks take two registered steps (H * head_dim is a product), so the start
         # pulse is acted on two cycles later; run_args hold from start until the next RUN.
         args = link.run_args
         product = Signal(len(args.head_dim) + len(args.heads))
         ok = Signal()
         checking = Signal(2)     # the start pulse, delayed by one and by two cycles
-        m.d.sync += [product.eq(args.head_dim * args.heads),
+        # H * head_dim as a sum of head_dim shifted by H's set bits: adders beside the check.
+        # As a `*` Yosys made it a MULT18X18D without registers, which nextpnr put far from
+        # both registers (11.5 ns on the 8x8 ULX3S device, as slow as its slowest path).
+        m.d.sync += [product.eq(sum(Mux(args.heads[i], args.head_dim << i, 0)
+                                    for i in range(len(args.heads)))),
                      ok.eq((args.seq_len >= 1) & (args.seq_len <= cfg.max_seq_len)
                            & (args.heads >= 1) & (args.heads <= cfg.max_heads)
                            & (args.d_model >= 1) & (args.d_model <= cfg.max_d_model)
