@@ -444,9 +444,14 @@ class AttentionCore(wiring.Component):
         # output, slow to leave it on ECP5, goes to a register and nothing else); F2: those
         # registers -> array beat (lane, operand and mask selection). The stages advance
         # together.
-        f1_valid, f2_valid = Signal(), Signal()
+        # A beat the array does not take in its cycle goes to a skid register (`skid`), which
+        # the array takes first; the stages stop while both hold a beat. `adv` then comes from
+        # two registers, not from the array's `ready` (which depends on the beat's `last` and
+        # the array's output room): on the 16x8 ULX3S device that path crossed the die four
+        # times, from `last` through the issue logic to the loop counters (21.5 ns).
+        f1_valid, f2_valid, skid_valid = Signal(), Signal(), Signal()
         adv = Signal()
-        m.d.comb += adv.eq(~f2_valid | array.i_stream.ready)
+        m.d.comb += adv.eq(~f2_valid | ~skid_valid)
 
         desc_layout = data.StructLayout({
             "op": unsigned(2), "target": unsigned(2), "rb": unsigned(max(1, rblk_bits)),
@@ -466,6 +471,10 @@ class AttentionCore(wiring.Component):
 
         issue = Signal()            # F0 issues a beat this cycle
         cur_op = Signal(3, init=7)  # 7 = none
+        # this beat takes its weights from w_stream: (cur_op is _PROJ or _OUT) & (rb == 0), a
+        # register set with them (on the 8x8 ULX3S device `rb == 0` and the op decode were the
+        # first four of the eight logic levels before the weights reader's queue)
+        want_w = Signal()
         k = Signal(range(max(lmax, dmax) + 1))
         k_lane = Signal(max(1, lc))
         k_word = Signal(wpt_bits + 1)
@@ -508,17 +517,15 @@ class AttentionCore(wiring.Component):
         ot_h, ot_j, ot_base = Signal(range(hmax)), Signal(range(dmax + 1)), Signal(wpt_bits + 1)
 
         with m.If(~running):
-            m.d.sync += [cur_op.eq(7), pj_m.eq(0), pj_h.eq(0), pj_j.eq(0), pj_base.eq(0),
-                         s_rb.eq(0), s_h.eq(0), s_base.eq(0), s_slot.eq(0), s_end.eq(0),
-                         s_lead.eq(0), pv_rb.eq(0), pv_h.eq(0), pv_base.eq(0), pv_slot.eq(0),
-                         pv_end.eq(0),
+            m.d.sync += [cur_op.eq(7), want_w.eq(0), pj_m.eq(0), pj_h.eq(0), pj_j.eq(0),
+                         pj_base.eq(0), s_rb.eq(0), s_h.eq(0), s_base.eq(0), s_slot.eq(0),
+                         s_end.eq(0), s_lead.eq(0), pv_rb.eq(0), pv_h.eq(0), pv_base.eq(0),
+                         pv_slot.eq(0), pv_end.eq(0),
                          ot_cb.eq(0), tile.eq(0), proj_done.eq(0), att_done.eq(0),
                          out_issued.eq(0), rb.eq(0)]
 
         # choose the next operation when none is in progress
-        want_w = Signal()           # this beat takes its weights from w_stream
         can_issue = Signal()
-        m.d.comb += want_w.eq(((cur_op == _PROJ) | (cur_op == _OUT)) & (rb == 0))
         # Two conditions of an issue come from registers, so that no carry chain lies before
         # `issue`, which selects the next value of every loop counter:
         # - `x_ready`: the tokens of the current projection row block are loaded. Last cycle's
@@ -558,7 +565,7 @@ class AttentionCore(wiring.Component):
 
         with m.If(cur_op == 7):
             with m.If(phase_proj & ~proj_done):
-                m.d.sync += [cur_op.eq(_PROJ), rb.eq(0), rem_rows.eq(L),
+                m.d.sync += [cur_op.eq(_PROJ), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(d - (pj_j << lc)), a_base.eq(0)]
                 start_tile(0, D)
             with m.Elif(phase_att & ~att_done):
@@ -574,7 +581,7 @@ class AttentionCore(wiring.Component):
                                  rem_rows.eq(L - (pv_rb << lr)), v_word.eq(pv_base)]
                     start_tile(pv_base, L)
             with m.Elif(phase_out & ~out_issued):
-                m.d.sync += [cur_op.eq(_OUT), rb.eq(0), rem_rows.eq(L),
+                m.d.sync += [cur_op.eq(_OUT), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
                              ot_base.eq(0), a_base.eq(0)]
                 start_tile(0, D)
@@ -617,10 +624,10 @@ class AttentionCore(wiring.Component):
                 with m.Case(_PROJ, _OUT):
                     m.d.sync += [ot_h.eq(0), ot_j.eq(0), ot_base.eq(0)]
                     with m.If(rb + 1 < n_rb):
-                        m.d.sync += [rb.eq(rb + 1), rem_rows.eq(rem_rows - R),
+                        m.d.sync += [rb.eq(rb + 1), want_w.eq(0), rem_rows.eq(rem_rows - R),
                                      k_word.eq(0), a_base.eq(a_base + stride)]
                     with m.Else():
-                        m.d.sync += [cur_op.eq(7), tile.eq(tile + 1)]
+                        m.d.sync += [cur_op.eq(7), want_w.eq(0), tile.eq(tile + 1)]
                         with m.If(cur_op == _PROJ):
                             # next (matrix, head, block)
                             with m.If(pj_j + 1 == wph):
@@ -760,10 +767,17 @@ class AttentionCore(wiring.Component):
                 xq_q + p_q + k_q, [b.r_data for b in xq_bank] + [port.data for port in p_rd]
                 + [b.r_data for b in k_bank])]
 
-        # F2: assemble the array beat
-        beat = array.i_stream.payload
-        m.d.comb += [array.i_stream.valid.eq(f2_valid), beat.first.eq(f2.first),
-                     beat.last.eq(f2.last)]
+        # F2: assemble the array beat; the skid register's beat goes first
+        beat = Signal(array.i_stream.payload.shape())
+        skid = Signal(array.i_stream.payload.shape(), reset_less=True)
+        m.d.comb += [array.i_stream.valid.eq(f2_valid | skid_valid),
+                     array.i_stream.payload.eq(Mux(skid_valid, skid, beat)),
+                     beat.first.eq(f2.first), beat.last.eq(f2.last)]
+        with m.If(skid_valid):
+            with m.If(array.i_stream.ready):
+                m.d.sync += skid_valid.eq(0)
+        with m.Elif(f2_valid & ~array.i_stream.ready):
+            m.d.sync += [skid_valid.eq(1), skid.eq(beat)]
         for r in range(R):
             # X / head outputs (projections, output) or Q (scores) from the shared bank, P (PV)
             a = Signal(signed(cfg.a_bits), name=f"a_{r}")
