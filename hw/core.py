@@ -137,6 +137,16 @@ class AttentionCore(wiring.Component):
         """Requantizers working in parallel (the config's ``requant_unit_count``)."""
         return self.cfg.requant_unit_count
 
+    @property
+    def feeder_skid(self) -> bool:
+        """Whether the feeder hands the array its beats through a skid register (see the
+        feeder in :meth:`elaborate`): with the ECP5's registered DSPs (``cfg.dsp``), the
+        arrays that span the die; not on the small and iCE40 configurations, which have no
+        die to cross (it costs the iCEBreaker's device 60 of its 5,280 logic cells). A
+        configuration choice, not the platform's, so that simulated cycles are the
+        hardware's."""
+        return self.cfg.dsp == "ecp5_registered"
+
     def requant_multiplier(self, platform) -> str:
         """The requantizers' multiplier on ``platform`` (:class:`hw.requant.Requantizer`):
         ``"ecp5_registered"`` wherever the array's multipliers are (``cfg.dsp``; in simulation
@@ -444,14 +454,18 @@ class AttentionCore(wiring.Component):
         # output, slow to leave it on ECP5, goes to a register and nothing else); F2: those
         # registers -> array beat (lane, operand and mask selection). The stages advance
         # together.
-        # A beat the array does not take in its cycle goes to a skid register (`skid`), which
-        # the array takes first; the stages stop while both hold a beat. `adv` then comes from
-        # two registers, not from the array's `ready` (which depends on the beat's `last` and
-        # the array's output room): on the 16x8 ULX3S device that path crossed the die four
-        # times, from `last` through the issue logic to the loop counters (21.5 ns).
+        # With `feeder_skid` a beat the array does not take in its cycle goes to a skid
+        # register (`skid`), which the array takes first; the stages stop while both hold a
+        # beat. `adv` then comes from two registers, not from the array's `ready` (which
+        # depends on the beat's `last` and the array's output room): on the 16x8 ULX3S device
+        # that path crossed the die four times, from `last` through the issue logic to the
+        # loop counters (21.5 ns).
         f1_valid, f2_valid, skid_valid = Signal(), Signal(), Signal()
         adv = Signal()
-        m.d.comb += adv.eq(~f2_valid | ~skid_valid)
+        if self.feeder_skid:
+            m.d.comb += adv.eq(~f2_valid | ~skid_valid)
+        else:
+            m.d.comb += adv.eq(~f2_valid | array.i_stream.ready)
 
         desc_layout = data.StructLayout({
             "op": unsigned(2), "target": unsigned(2), "rb": unsigned(max(1, rblk_bits)),
@@ -769,15 +783,18 @@ class AttentionCore(wiring.Component):
 
         # F2: assemble the array beat; the skid register's beat goes first
         beat = Signal(array.i_stream.payload.shape())
-        skid = Signal(array.i_stream.payload.shape(), reset_less=True)
-        m.d.comb += [array.i_stream.valid.eq(f2_valid | skid_valid),
-                     array.i_stream.payload.eq(Mux(skid_valid, skid, beat)),
-                     beat.first.eq(f2.first), beat.last.eq(f2.last)]
-        with m.If(skid_valid):
-            with m.If(array.i_stream.ready):
-                m.d.sync += skid_valid.eq(0)
-        with m.Elif(f2_valid & ~array.i_stream.ready):
-            m.d.sync += [skid_valid.eq(1), skid.eq(beat)]
+        m.d.comb += [beat.first.eq(f2.first), beat.last.eq(f2.last)]
+        if self.feeder_skid:
+            skid = Signal(array.i_stream.payload.shape(), reset_less=True)
+            m.d.comb += [array.i_stream.valid.eq(f2_valid | skid_valid),
+                         array.i_stream.payload.eq(Mux(skid_valid, skid, beat))]
+            with m.If(skid_valid):
+                with m.If(array.i_stream.ready):
+                    m.d.sync += skid_valid.eq(0)
+            with m.Elif(f2_valid & ~array.i_stream.ready):
+                m.d.sync += [skid_valid.eq(1), skid.eq(beat)]
+        else:
+            m.d.comb += [array.i_stream.valid.eq(f2_valid), array.i_stream.payload.eq(beat)]
         for r in range(R):
             # X / head outputs (projections, output) or Q (scores) from the shared bank, P (PV)
             a = Signal(signed(cfg.a_bits), name=f"a_{r}")

@@ -295,9 +295,13 @@ def test_core_probabilities_probe(units):
     assert_equal("core output y", expected.y, run.y)
 
 
-def test_core_with_registered_dsps():
-    """The ECP5 registered-DSP latency (behavioural model) through the whole core."""
+@pytest.mark.parametrize("shape", [(7, 12, 2), (1, 16, 1)])
+def test_core_with_registered_dsps(shape):
+    """The ECP5 registered-DSP latency (behavioural model) through the whole core, with the
+    feeder's skid register; L = 1 makes every P.V beat a tile's last, which the array holds
+    back (a beat the skid register must keep)."""
     cfg = preset("tiny").replace(dsp="ecp5_registered")
-    qm, xi, expected = layer(cfg, 7, 12, 2, seed=5, causal=True)
-    run = simulate_core(cfg, qm, xi, causal=True, stall=0.3, name="core_registered_dsp")
+    qm, xi, expected = layer(cfg, *shape, seed=5, causal=True)
+    run = simulate_core(cfg, qm, xi, causal=True, stall=0.3,
+                        name=f"core_registered_dsp_{shape[0]}")
     assert_equal("core output y", expected.y, run.y)
