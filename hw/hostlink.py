@@ -152,7 +152,8 @@ class HostLink(wiring.Component):
         the core (:meth:`read_latency` 2 instead of 1; a reply takes a word three cycles after
         reading it instead of two), so that nothing follows a block RAM's output in its cycle.
         The register is the block RAM's own on ECP5 (:class:`hw.bram.RegisteredMemory`), one in
-        the fabric for a region in SPRAM. ``None`` (the default): on ECP5, whose block RAMs
+        the fabric for a region in SPRAM; the frame buffer has one as well (a WRITE takes four
+        cycles per byte instead of three). ``None`` (the default): on ECP5, whose block RAMs
         take 5.8 ns to present their output without it, not on iCE40, where the flip-flops
         would cost logic cells the iCEBreaker does not have. Replies are the same.
 
@@ -276,9 +277,30 @@ class HostLink(wiring.Component):
         i_stream, o_stream = self.i_stream, self.o_stream
 
         # -- storage -----------------------------------------------------------------------
-        m.submodules.frame_buffer = fbuf = Memory(shape=8, depth=self.max_payload, init=[])
-        fbuf_w = fbuf.write_port()
-        fbuf_r = fbuf.read_port()
+        # With `registered`, every region's read data comes through a register of its own
+        # (the DP16KD's output register on ECP5, :class:`hw.bram.RegisteredMemory`), for the
+        # link and the core alike: two cycles from address to data, and no block RAM output
+        # drives more than a wire in its cycle. The frame buffer too (a WRITE then takes four
+        # cycles per byte instead of three): on the 8x8 ULX3S device its DP16KD's 5.8 ns into
+        # the word register were the critical path once the regions had their registers.
+        registered = self.read_latency(platform) == 2
+        fb_w_addr = Signal(range(self.max_payload))
+        fb_w_data = Signal(8)
+        fb_w_en = Signal()
+        fb_r_addr = Signal(range(self.max_payload))
+        if registered:
+            m.submodules.frame_buffer = fbuf = RegisteredMemory(
+                width=8, depth=self.max_payload, name="frame_buffer")
+            m.d.comb += [fbuf.w_addr.eq(fb_w_addr), fbuf.w_data.eq(fb_w_data),
+                         fbuf.w_en.eq(fb_w_en), fbuf.r_addr.eq(fb_r_addr), fbuf.r_en.eq(1)]
+            fb_r_data = fbuf.r_data
+        else:
+            m.submodules.frame_buffer = fbuf = Memory(shape=8, depth=self.max_payload,
+                                                      init=[])
+            fbuf_w, fbuf_r = fbuf.write_port(), fbuf.read_port()
+            m.d.comb += [fbuf_w.addr.eq(fb_w_addr), fbuf_w.data.eq(fb_w_data),
+                         fbuf_w.en.eq(fb_w_en), fbuf_r.addr.eq(fb_r_addr)]
+            fb_r_data = fbuf_r.data
         m.submodules.ident_rom = rom = Memory(shape=8, depth=len(self.ident),
                                               init=list(self.ident))
         rom_r = rom.read_port()
@@ -310,11 +332,6 @@ class HostLink(wiring.Component):
         link_w_en = Signal()
         link_r_data = Signal(word_bits)
         mem_r_q = []
-        # With `registered`, every region's read data comes through a register of its own
-        # (the DP16KD's output register on ECP5, :class:`hw.bram.RegisteredMemory`), for the
-        # link and the core alike: two cycles from address to data, and no block RAM output
-        # drives more than a wire in its cycle.
-        registered = self.read_latency(platform) == 2
         # A region the core only reads or only writes is never used by the link and the core
         # in the same cycle: one address serves both, and on an iCE40 UltraPlus the largest
         # such regions go to SPRAM (:mod:`hw.spram`).
@@ -454,7 +471,7 @@ class HostLink(wiring.Component):
             m.d.sync += [running.eq(0), last_status.eq(self.status), runs.eq(runs + 1)]
 
         # -- reads for the reply payload and for WRITE ------------------------------------------
-        m.d.comb += [rom_r.addr.eq(ptr), fbuf_r.addr.eq(idx)]
+        m.d.comb += [rom_r.addr.eq(ptr), fb_r_addr.eq(idx)]
 
         def reply(m, status, *, payload_len=0, source=None, words=0, bytes_per_word=1):
             m.d.sync += [r_status.eq(status), r_len.eq(payload_len), words_left.eq(words),
@@ -571,8 +588,8 @@ class HostLink(wiring.Component):
                                 with m.Else():
                                     m.next = "PAYLOAD"
                             elif state == "PAYLOAD":
-                                m.d.comb += [fbuf_w.addr.eq(idx), fbuf_w.data.eq(byte),
-                                             fbuf_w.en.eq(1)]
+                                m.d.comb += [fb_w_addr.eq(idx), fb_w_data.eq(byte),
+                                             fb_w_en.eq(1)]
                                 with m.Switch(idx):
                                     for i in range(head_bytes):
                                         with m.Case(i):
@@ -692,9 +709,12 @@ class HostLink(wiring.Component):
             # -- WRITE: frame buffer -> region, word by word -----------------------------------
             # ``idx`` walks the frame buffer, ``ptr`` the region.
             with m.State("W_ISSUE"):            # the frame buffer sees ``idx`` in this cycle
-                m.next = "W_TAKE"
+                m.next = "W_WAIT" if registered else "W_TAKE"
+            if registered:
+                with m.State("W_WAIT"):         # ... its byte is in its output register next
+                    m.next = "W_TAKE"
             with m.State("W_TAKE"):
-                m.d.sync += [word.eq(Cat(word[8:], fbuf_r.data)),
+                m.d.sync += [word.eq(Cat(word[8:], fb_r_data)),
                              byte_no.eq(byte_no + 1), idx.eq(idx + 1)]
                 m.next = "W_ISSUE"
                 with m.If(byte_no + 1 == wb):
