@@ -16,7 +16,7 @@ for cycle:
   low): after reset ``r_data`` holds its last value.
 
 On ECP5 the memory is built from DP16KD blocks of one data width each, at their full depth
-(18 bits x 1,024 words down to 1 bit x 16,384, :func:`hw.spram.ecp5_slice_width`), side by
+(18 bits x 1,024 words down to 1 bit x 16,384, :func:`dp16kd_width`), side by
 side: no multiplexer after them. A memory of more than 16,384 words is left to Yosys (the
 model, with the register in the fabric).
 """

@@ -350,61 +350,45 @@ class HostLink(wiring.Component):
             # top ``word_bytes`` bytes.
             link_data = word[word_bits - 8 * region.word_bytes:][:region.width]
             link_addr = ptr[:abits]
-            if registered and region.name not in self.spram_regions:
+            # The memory's ports: the core's while it owns them (`port_sel`), else the link's.
+            core_r, core_w = "r" in access, "w" in access
+            w_addr = Mux(port_sel, core.w_addr, link_addr) if core_w else link_addr
+            w_data = Mux(port_sel, core.w_data, link_data) if core_w else link_data
+            w_en = Mux(port_sel, core.w_en, mine) if core_w else mine & ~port_sel
+            r_addr = Mux(port_sel, core.r_addr, link_addr) if core_r else link_addr
+            r_en = Mux(port_sel, core.r_en, 1) if core_r else ~port_sel
+            in_spram = region.name in self.spram_regions
+            if registered and not in_spram:
                 mem = RegisteredMemory(width=region.width, depth=region.depth,
                                        name=f"region_{region.name}")
                 m.submodules[f"region_{region.name}"] = mem
                 self.memories[region.name] = mem.memory
-                core_w = "w" in access
-                core_r = "r" in access
-                m.d.comb += [
-                    mem.w_addr.eq(Mux(port_sel, core.w_addr, link_addr) if core_w
-                                  else link_addr),
-                    mem.w_data.eq(Mux(port_sel, core.w_data, link_data) if core_w
-                                  else link_data),
-                    mem.w_en.eq(Mux(port_sel, core.w_en, mine) if core_w else mine & ~port_sel),
-                    mem.r_addr.eq(Mux(port_sel, core.r_addr, link_addr) if core_r
-                                  else link_addr),
-                    mem.r_en.eq(Mux(port_sel, core.r_en, 1) if core_r else ~port_sel),
-                ]
-                if core_r:
-                    m.d.comb += core.r_data.eq(mem.r_data)
-                mem_r_q.append(mem.r_data)
-                continue
-            if access == "rw":
+                m.d.comb += [mem.w_addr.eq(w_addr), mem.w_data.eq(w_data), mem.w_en.eq(w_en),
+                             mem.r_addr.eq(r_addr), mem.r_en.eq(r_en)]
+                r_data = mem.r_data
+            elif access == "rw":
                 mem = Memory(shape=unsigned(region.width), depth=region.depth, init=[])
                 m.submodules[f"region_{region.name}"] = self.memories[region.name] = mem
                 wp, rp = mem.write_port(), mem.read_port()
-                m.d.comb += [wp.addr.eq(Mux(port_sel, core.w_addr, link_addr)),
-                             wp.data.eq(Mux(port_sel, core.w_data, link_data)),
-                             wp.en.eq(Mux(port_sel, core.w_en, mine)),
-                             rp.addr.eq(Mux(port_sel, core.r_addr, link_addr)),
-                             rp.en.eq(Mux(port_sel, core.r_en, 1))]
+                m.d.comb += [wp.addr.eq(w_addr), wp.data.eq(w_data), wp.en.eq(w_en),
+                             rp.addr.eq(r_addr), rp.en.eq(r_en)]
                 r_data = rp.data
             else:
-                spm = SinglePortMemory(width=region.width, depth=region.depth,
-                                       spram=region.name in self.spram_regions,
+                spm = SinglePortMemory(width=region.width, depth=region.depth, spram=in_spram,
                                        name=f"region_{region.name}",
                                        slice_width=ecp5_slice_width(region.depth) if on_ecp5
                                        else None)
                 m.submodules[f"region_{region.name}"] = spm
                 if spm.memory is not None:
                     self.memories[region.name] = spm.memory
-                if access == "r":
-                    m.d.comb += [spm.addr.eq(Mux(port_sel, core.r_addr, link_addr)),
-                                 spm.r_en.eq(Mux(port_sel, core.r_en, 1)),
-                                 spm.w_data.eq(link_data), spm.w_en.eq(mine & ~port_sel)]
-                else:
-                    m.d.comb += [spm.addr.eq(Mux(port_sel, core.w_addr, link_addr)),
-                                 spm.r_en.eq(~port_sel),
-                                 spm.w_data.eq(Mux(port_sel, core.w_data, link_data)),
-                                 spm.w_en.eq(Mux(port_sel, core.w_en, mine))]
+                m.d.comb += [spm.addr.eq(r_addr if core_r else w_addr), spm.r_en.eq(r_en),
+                             spm.w_data.eq(w_data), spm.w_en.eq(w_en)]
                 r_data = spm.r_data
-            if registered:                      # a region in SPRAM: a register in the fabric
-                r_q = Signal(region.width, name=f"link_r_{region.name}", reset_less=True)
-                m.d.sync += r_q.eq(r_data)
-                r_data = r_q
-            if "r" in access:
+                if registered:                  # a region in SPRAM: a register in the fabric
+                    r_q = Signal(region.width, name=f"link_r_{region.name}", reset_less=True)
+                    m.d.sync += r_q.eq(r_data)
+                    r_data = r_q
+            if core_r:
                 m.d.comb += core.r_data.eq(r_data)
             mem_r_q.append(r_data)
         # The selected region's read data goes to a register (`link_r_q`) that a reply takes

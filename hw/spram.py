@@ -26,7 +26,7 @@ from __future__ import annotations
 from amaranth import Cat, ClockSignal, Elaboratable, Instance, Module, Signal, unsigned
 from amaranth.lib.memory import Memory
 
-from .bram import DP16KD_MODES
+from .bram import DP16KD_MODES, dp16kd_width
 from .target import device
 
 __all__ = ["SPRAM_WIDTH", "SPRAM_DEPTH", "spram_blocks", "spram_plan", "SinglePortMemory",
@@ -58,9 +58,7 @@ def ecp5_slice_width(depth: int) -> int | None:
     """The widest DP16KD data width that holds ``depth`` words in one block, for a memory that
     would otherwise be stacked in depth (more than 512 words); ``None`` for 512 words or fewer
     (no stacking) or more than 16,384 (stacked at any width)."""
-    if depth <= DP16KD_MODES[0][1]:
-        return None
-    return next((w for w, d in DP16KD_MODES if depth <= d), None)
+    return None if depth <= DP16KD_MODES[0][1] else dp16kd_width(depth)
 
 
 def spram_plan(memories: dict, blocks: int) -> set:
