@@ -11,11 +11,15 @@ Schedule of one run (``L x D``, ``H`` heads of ``d``, array ``R x C``; counts in
    block takes the weights from ``w_stream`` and keeps them for the other row blocks; results
    are requantized per channel into the Q, K, V buffers;
 3. *attention*: for each row block and head (``n = rb * H + h``) two array operations, scores
-   ``S(n) = Q_h · K_hᵀ`` (``L / C`` tiles of ``K = d``) and ``PV(n) = P_h · V_h`` (``d / C``
-   tiles of ``K = L``), issued in the order ``S(0) S(1) PV(0) S(2) PV(1) ...`` so the softmax
-   of block ``n`` (score rows streamed from a double-buffered score memory into
-   :class:`hw.softmax.Softmax`, probabilities into a double-buffered P memory) runs while the
-   array computes ``PV(n-1)`` and ``S(n+1)``;
+   ``S(n) = Q_h · K_hᵀ`` (``ceil(keys / C)`` tiles of ``K = d``) and ``PV(n) = P_h · V_h``
+   (``d / C`` tiles of ``K = keys``), where ``keys`` is the row block's key bound
+   (:meth:`hw.core_io.CoreShape.key_bound`: ``L``, or with a causal mask the keys up to its
+   last query - the masked rest would give probabilities 0), issued in the order
+   ``S(0) S(1) PV(0) S(2) PV(1) ...`` (or with S up to ``slots - 1`` blocks ahead,
+   :attr:`AttentionCore.attention_slots`) so the softmax of block ``n`` (score rows of
+   ``keys`` streamed from the score memory into :class:`hw.softmax.Softmax`, probabilities
+   into the P memory, both in ``slots`` slots) runs while the array computes the ops around
+   it;
 4. *output*: for each tile of ``C`` output channels and each row block, ``concat · W_oᵀ``
    (``K = D``, weights from ``w_stream`` as in 2), requantized and sent out on ``o_stream``.
 
@@ -24,8 +28,9 @@ concatenated head outputs in ``R`` banks (token mod R), K in ``C`` banks (token 
 one memory, each word holding ``C`` channels of one token with the channels of each head
 starting on a word boundary (the X/Q and K banks are :class:`hw.lane_bank.LaneBank`: one value
 per address, read one value at a time; the writer writes its rows into them a lane a cycle, and
-X beats reach the X/Q banks through a queue each); scores (2 slots of ``R x L``), P (``R`` banks
-of 2 slots of ``L``), one tile of weights (``D`` words), the constants (one word per tile).
+X beats reach the X/Q banks through a queue each); scores (``slots`` slots of ``R x L``), P (``R``
+banks of ``slots`` slots of ``L``), one tile of weights (``D`` words), the constants (one word
+per tile).
 
 The array and the softmax are never given a beat they cannot take, so valid/ready stalls on any
 stream only pause the core. Rows and columns of a tile past ``L``, ``D`` or ``d`` are fed
@@ -133,6 +138,13 @@ class AttentionCore(wiring.Component):
                    for h in range(1, min(cfg.max_heads, d_model) + 1) if d_model % h == 0)
 
     @property
+    def attention_slots(self) -> int:
+        """Score blocks (one row block of one head) the score and P memories hold
+        (``cfg.score_slot_count``): S runs up to ``slots - 1`` blocks ahead of the P.V
+        waiting for the softmax."""
+        return self.cfg.score_slot_count
+
+    @property
     def requant_units(self) -> int:
         """Requantizers working in parallel (the config's ``requant_unit_count``)."""
         return self.cfg.requant_unit_count
@@ -184,8 +196,8 @@ class AttentionCore(wiring.Component):
                                                         cfg.qkv_bits),
             "k": c * blocks_c * wpt * c * cfg.qkv_bits,
             "v": lmax * wpt * c * cfg.qkv_bits,
-            "scores": 2 * _pow2(r) * _pow2(blocks_c) * c * cfg.score_bits,
-            "probs": r * 2 * _pow2(lmax) * cfg.prob_bits,
+            "scores": self.attention_slots * _pow2(r) * _pow2(blocks_c) * c * cfg.score_bits,
+            "probs": r * self.attention_slots * _pow2(lmax) * cfg.prob_bits,
             "weights": cfg.max_d_model * c * cfg.w_bits,
             "params": self.max_tiles * c * (cfg.bias_bits + cfg.mult_bits + cfg.shift_bits),
         }
@@ -203,6 +215,8 @@ class AttentionCore(wiring.Component):
         rblk_bits = _log2(_ceil_div(lmax, R))
         cblk_bits = _log2(_ceil_div(lmax, C))
         tok_bits = _log2(lmax)
+        slots = self.attention_slots
+        slot_bits = _log2(slots)
 
         m.submodules.array = array = SystolicArray.from_config(cfg)
         U = self.softmax_units
@@ -295,10 +309,10 @@ class AttentionCore(wiring.Component):
             return times_constant(block, stride) + word
         # scores: unit u reads rows u*RU .. u*RU + RU - 1 of a block from its own memory
         s_mem = [mem(f"scores_{u}", data.ArrayLayout(signed(cfg.score_bits), C),
-                     2 * _pow2(RU) << cblk_bits) for u in range(U)]
+                     slots * _pow2(RU) << cblk_bits) for u in range(U)]
         # P: one bank per array row, all read at the reduction counter's address (block RAM
         # on ECP5, where in LUT RAM that counter reached ~780 slices across the die)
-        p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), 2 << tok_bits, bram=True)
+        p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), slots << tok_bits, bram=True)
                  for r in range(R)]
         w_mem = mem("weights", lanes_layout(cfg, cfg.w_bits), _pow2(dmax))
         block_params = cfg.params_ram == "block"
@@ -317,11 +331,21 @@ class AttentionCore(wiring.Component):
         wph = Signal(range(dmax + 1), reset_less=True)      # words per head
         wpd = Signal(range(dmax + 1), reset_less=True)      # words per token of X / output
         n_rb = Signal(range(lmax + 1), reset_less=True)     # row blocks
-        n_kb = Signal(range(lmax + 1), reset_less=True)     # key blocks
 
         def derived_counts(a):
             return [wph.eq((a.head_dim + C - 1) >> lc), wpd.eq((a.d_model + C - 1) >> lc),
-                    n_rb.eq((a.seq_len + R - 1) >> lr), n_kb.eq((a.seq_len + C - 1) >> lc)]
+                    n_rb.eq((a.seq_len + R - 1) >> lr)]
+
+        def key_bound(row_block):
+            """Keys row block ``row_block`` computes scores for, normalizes and reduces over
+            (:meth:`hw.core_io.CoreShape.key_bound`): with a causal mask the keys up to its
+            last query, ``(row_block + 1) * R`` unless it is the last row block (then that
+            reaches L), else L. The keys past it are masked for every query of the block,
+            so their scores would be dropped and their probabilities are 0: skipping them
+            changes no result."""
+            if not cfg.masks:
+                return L
+            return Mux(args.causal & (row_block + 1 != n_rb), (row_block + 1) << lr, L)
 
         # ---- top-level sequence ---------------------------------------------------------
         running = Signal()
@@ -470,7 +494,7 @@ class AttentionCore(wiring.Component):
         desc_layout = data.StructLayout({
             "op": unsigned(2), "target": unsigned(2), "rb": unsigned(max(1, rblk_bits)),
             "blk": unsigned(max(1, cblk_bits, wpt_bits)), "hword": unsigned(wpt_bits),
-            "head": unsigned(max(1, _log2(hmax))), "slot": unsigned(1),
+            "head": unsigned(max(1, _log2(hmax))), "slot": unsigned(slot_bits),
             "tile": unsigned(_log2(self.max_tiles) or 1), "col_mask": unsigned(C),
             "op_last": unsigned(1), "run_last": unsigned(1),
         })
@@ -509,20 +533,33 @@ class AttentionCore(wiring.Component):
         pj_m, pj_h, pj_j = Signal(range(3)), Signal(range(hmax)), Signal(range(dmax + 1))
         pj_base = Signal(wpt_bits + 1)
         # attention op counters: S and PV sequences, each with (rb, head, base word) and the
-        # slot (score / P block parity) of the op: S(n) and PV(n) use slot n mod 2
+        # slot (of the score and P memories) of the op: S(n) and PV(n) use slot n mod `slots`
         # (score blocks, one per row block and head, are counted in `count` signals)
         count = range(_ceil_div(lmax, R) * hmax + 1)
         s_rb, s_h, s_base, s_slot = (Signal(range(lmax + 1)), Signal(range(hmax)),
-                                     Signal(wpt_bits + 1), Signal())
+                                     Signal(wpt_bits + 1), Signal(slot_bits))
         pv_rb, pv_h, pv_base, pv_slot = (Signal(range(lmax + 1)), Signal(range(hmax)),
-                                         Signal(wpt_bits + 1), Signal())
+                                         Signal(wpt_bits + 1), Signal(slot_bits))
         s_end, pv_end = Signal(), Signal()
-        # S ops done minus PV ops done: 0, 1 or 2 (S(n) starts while n <= PV ops done + 1)
-        s_lead = Signal(range(3))
+        # key blocks of the S op's row block, and the P.V reduction length of the PV op's: from
+        # the row block counters a cycle before, which never moved in the cycle before an op
+        # starts (an op ends, the next starts a cycle later), so they hold from its first beat
+        s_kb = Signal(range(lmax + 1))
+        pv_len = Signal(range(lmax + 1))
+        m.d.sync += [s_kb.eq((key_bound(s_rb) + C - 1) >> lc), pv_len.eq(key_bound(pv_rb))]
+        # the first beat of a PV op is its last when its row block's key bound is 1 (loaded
+        # with the op, so it cannot wait for `pv_len`)
+        pv_one = L == 1
+        if cfg.masks and R == 1:
+            pv_one = pv_one | (args.causal & (pv_rb == 0))
+        # S ops done minus PV ops done, 0 to `slots`: S(n) starts while n <= PV ops done +
+        # slots - 1, so PV(n - slots) has ended (its reads of P slot n mod `slots` are issued)
+        # and the softmax has finished block n - slots (its reads of score slot n mod `slots`)
+        s_lead = Signal(range(slots + 1))
         s_drained = Signal(count)   # S ops fully written to the score memory
-        # blocks each softmax unit finished minus PV ops done: 0, 1 or 2 (a unit finishes
+        # blocks each softmax unit finished minus PV ops done, 0 to `slots` (a unit finishes
         # block n after S(n); PV(n) waits until every unit finished block n)
-        sm_ahead = [Signal(range(3), name=f"sm_ahead_{u}") for u in range(U)]
+        sm_ahead = [Signal(range(slots + 1), name=f"sm_ahead_{u}") for u in range(U)]
         pv_ends = Signal()          # this cycle ends a PV op
         sm_ready = Signal()         # every unit has written the probabilities of the next PV
         m.d.comb += sm_ready.eq(Cat(ahead != 0 for ahead in sm_ahead).all())
@@ -573,9 +610,9 @@ class AttentionCore(wiring.Component):
         m.d.comb += issue.eq(can_issue)
         m.d.comb += self.w_stream.ready.eq(can_issue & want_w)
 
-        def start_tile(k_word_init, reduction):
+        def start_tile(k_word_init, reduction=None, one=None):
             m.d.sync += [k.eq(0), k_lane.eq(0), k_word.eq(k_word_init), first.eq(1),
-                         last.eq(reduction == 1)]
+                         last.eq(reduction == 1 if one is None else one)]
 
         with m.If(cur_op == 7):
             with m.If(phase_proj & ~proj_done):
@@ -585,7 +622,7 @@ class AttentionCore(wiring.Component):
             with m.Elif(phase_att & ~att_done):
                 # the next S while it is at most one ahead of PV; else the next PV once its
                 # probabilities are complete
-                with m.If(~s_end & (s_lead <= 1)):
+                with m.If(~s_end & (s_lead < slots)):
                     m.d.sync += [cur_op.eq(_S), blk.eq(0), rem_cols.eq(L),
                                  rem_rows.eq(L - (s_rb << lr)),
                                  a_base.eq(q_base + at(s_rb, 0)), k_base.eq(0)]
@@ -593,7 +630,7 @@ class AttentionCore(wiring.Component):
                 with m.Elif(~pv_end & sm_ready):
                     m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
                                  rem_rows.eq(L - (pv_rb << lr)), v_word.eq(pv_base)]
-                    start_tile(pv_base, L)
+                    start_tile(pv_base, one=pv_one)
             with m.Elif(phase_out & ~out_issued):
                 m.d.sync += [cur_op.eq(_OUT), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
@@ -608,7 +645,7 @@ class AttentionCore(wiring.Component):
             with m.Case(_S):
                 m.d.comb += red_len.eq(d)
             with m.Case(_PV):
-                m.d.comb += red_len.eq(L)
+                m.d.comb += red_len.eq(pv_len)
         # `first` (k == 0) and `last` (k + 1 == red_len) are registers, set by `start_tile`
         # and here, so that no comparison of `k` lies before `issue`
         with m.If(issue):
@@ -663,11 +700,11 @@ class AttentionCore(wiring.Component):
                             with m.Else():
                                 m.d.sync += ot_cb.eq(ot_cb + 1)
                 with m.Case(_S):
-                    with m.If(blk + 1 < n_kb):
+                    with m.If(blk + 1 < s_kb):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      k_word.eq(s_base), k_base.eq(k_base + stride)]
                     with m.Else():
-                        m.d.sync += [cur_op.eq(7), s_slot.eq(~s_slot), s_lead.eq(s_lead + 1)]
+                        m.d.sync += [cur_op.eq(7), s_slot.eq(s_slot + 1), s_lead.eq(s_lead + 1)]
                         with m.If(s_h + 1 == H):
                             m.d.sync += [s_h.eq(0), s_base.eq(0)]
                             with m.If(s_rb + 1 == n_rb):
@@ -681,7 +718,7 @@ class AttentionCore(wiring.Component):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      v_word.eq(v_word + 1)]
                     with m.Else():
-                        m.d.sync += [cur_op.eq(7), pv_slot.eq(~pv_slot), s_lead.eq(s_lead - 1)]
+                        m.d.sync += [cur_op.eq(7), pv_slot.eq(pv_slot + 1), s_lead.eq(s_lead - 1)]
                         m.d.comb += pv_ends.eq(1)
                         with m.If(pv_h + 1 == H):
                             m.d.sync += [pv_h.eq(0), pv_base.eq(0)]
@@ -723,7 +760,7 @@ class AttentionCore(wiring.Component):
             with m.Case(_S):
                 m.d.comb += [desc_in.blk.eq(blk), desc_in.head.eq(s_h),
                              desc_in.slot.eq(s_slot),
-                             desc_in.op_last.eq(blk + 1 == n_kb)]
+                             desc_in.op_last.eq(blk + 1 == s_kb)]
             with m.Case(_PV):
                 m.d.comb += [desc_in.hword.eq(v_word), desc_in.head.eq(pv_h),
                              desc_in.slot.eq(pv_slot)]
@@ -849,7 +886,7 @@ class AttentionCore(wiring.Component):
         ctrl_layout = data.StructLayout({
             "op": unsigned(2), "target": unsigned(2), "token": unsigned(_log2(lmax + R) + 1),
             "row": unsigned(max(1, lr)), "blk": desc_layout["blk"].shape,
-            "hword": unsigned(wpt_bits), "slot": unsigned(1), "cols": unsigned(C),
+            "hword": unsigned(wpt_bits), "slot": unsigned(slot_bits), "cols": unsigned(C),
             "run_last": unsigned(1), "op_end": unsigned(1), "valid": unsigned(1),
         })
         # Rows inside the requantizers: one enters every `per` cycles at most and leaves
@@ -1010,7 +1047,8 @@ class AttentionCore(wiring.Component):
         sm_n = Signal(count)                  # blocks started
         sm_rb, sm_h = Signal(range(lmax + 1)), Signal(range(hmax))
         blk_rb = Signal(range(lmax + 1))      # row block and slot of the block in flight
-        blk_slot = Signal()
+        blk_slot = Signal(slot_bits)
+        sm_len = Signal(range(lmax + 1))      # its rows' length: the row block's key bound
         busy = [Signal(name=f"sm_busy_{u}") for u in range(U)]
         idle = Signal()
         m.d.comb += idle.eq(~Cat(*busy).any())
@@ -1019,7 +1057,8 @@ class AttentionCore(wiring.Component):
         with m.If(~running):
             m.d.sync += [sm_n.eq(0), sm_rb.eq(0), sm_h.eq(0), s_drained.eq(0)]
         with m.Elif(block_start):
-            m.d.sync += [blk_rb.eq(sm_rb), blk_slot.eq(sm_n[0]), sm_n.eq(sm_n + 1)]
+            m.d.sync += [blk_rb.eq(sm_rb), blk_slot.eq(sm_n[:slot_bits]), sm_n.eq(sm_n + 1),
+                         sm_len.eq(key_bound(sm_rb))]
             with m.If(sm_h + 1 == H):
                 m.d.sync += [sm_h.eq(0), sm_rb.eq(sm_rb + 1)]
             with m.Else():
@@ -1057,8 +1096,8 @@ class AttentionCore(wiring.Component):
                 m.d.sync += [f1.eq(issue_sm), f2.eq(f1), info2.eq(info), s_q.eq(s_rd.data)]
             with m.If(issue_sm):
                 m.d.sync += [info.lane.eq(j[:lc] if lc else 0), info.mask.eq(masked),
-                             info.last.eq(j + 1 == L)]
-                with m.If(j + 1 == L):
+                             info.last.eq(j + 1 == sm_len)]
+                with m.If(j + 1 == sm_len):
                     m.d.sync += [j.eq(0), row.eq(row + 1)]
                     with m.If(row == RU - 1):
                         m.d.sync += [row.eq(0), busy[u].eq(0)]
@@ -1075,7 +1114,7 @@ class AttentionCore(wiring.Component):
             # probabilities -> the P banks of this unit's rows, in the slot of its block
             po_j = Signal(range(lmax + 1), name=f"po_j_{u}")
             po_row = Signal(range(RU), name=f"po_row_{u}")
-            p_slot = Signal(name=f"sm_p_slot_{u}")
+            p_slot = Signal(slot_bits, name=f"sm_p_slot_{u}")
             m.d.comb += softmax.o_stream.ready.eq(1)
             took_p = softmax.o_stream.valid
             for i in range(RU):
@@ -1093,7 +1132,7 @@ class AttentionCore(wiring.Component):
                     with m.If(softmax.o_stream.payload.last):
                         m.d.sync += [po_j.eq(0), po_row.eq(po_row + 1)]
                         with m.If(po_row == RU - 1):
-                            m.d.sync += [po_row.eq(0), p_slot.eq(~p_slot)]
+                            m.d.sync += [po_row.eq(0), p_slot.eq(p_slot + 1)]
                     with m.Else():
                         m.d.sync += po_j.eq(po_j + 1)
         m.d.comb += sm_beats.eq(sum(beats))
@@ -1116,7 +1155,7 @@ class AttentionCore(wiring.Component):
                 m.d.sync += counters[4].eq(counters[4] + 1)
             with m.If(self.o_stream.valid & ~self.o_stream.ready):
                 m.d.sync += counters[5].eq(counters[5] + 1)
-            with m.If(phase_att & (cur_op == 7) & (s_end | (s_lead > 1)) & ~pv_end
+            with m.If(phase_att & (cur_op == 7) & (s_end | (s_lead == slots)) & ~pv_end
                       & ~sm_ready):
                 m.d.sync += counters[6].eq(counters[6] + 1)
         return m

@@ -26,6 +26,8 @@ import numpy as np
 from amaranth import signed, unsigned
 from amaranth.lib import data
 
+from golden.reference import make_mask
+
 from . import requant
 
 __all__ = ["run_args_layout", "param_layout", "lanes_layout", "CoreShape", "core_streams",
@@ -86,9 +88,41 @@ class CoreShape:
         return np.where(c < self.d_model, c, -1)
 
     def macs(self) -> int:
-        """Multiply-accumulates of the layer (the ideal work)."""
+        """Multiply-accumulates of the layer without masks (the dense work)."""
         seq_len, d_model = self.seq_len, self.d_model
         return 4 * seq_len * d_model * d_model + 2 * seq_len * seq_len * d_model
+
+    def masked_macs(self, causal: bool = False, valid_len: int | None = None) -> int:
+        """Multiply-accumulates the masks leave: the projections, and the scores and
+        probability-weighted values of the (query, key) pairs a mask does not hide."""
+        mask = make_mask(self.seq_len, causal=causal, valid_len=valid_len)
+        return (4 * self.seq_len * self.d_model * self.d_model
+                + 2 * self.d_model * int(np.count_nonzero(~mask)))
+
+    def key_bound(self, row_block: int, causal: bool = False) -> int:
+        """Keys row block ``row_block`` computes scores for, runs through the softmax and
+        reduces over in P.V: with ``cfg.masks`` and a causal mask the first
+        ``min(L, (row_block + 1) * R)``, the keys up to its last query (every later key is
+        masked for all its queries); otherwise all ``L``."""
+        if self.cfg.masks and causal:
+            return min(self.seq_len, (row_block + 1) * self.cfg.rows)
+        return self.seq_len
+
+    def array_beats(self, causal: bool = False) -> int:
+        """Beats the controller issues to the array for one run: ``K`` per tile; a score op
+        has one tile per block of ``C`` keys below its row block's key bound, a P.V tile
+        reduces over those keys."""
+        cols = self.cfg.cols
+        dense = (self.proj_tiles + self.out_tiles) * self.row_blocks * self.d_model
+        bounds = [self.key_bound(rb, causal) for rb in range(self.row_blocks)]
+        attention = sum(_ceil_div(b, cols) * self.head_dim + self.wph * b for b in bounds)
+        return dense + self.heads * attention
+
+    def softmax_beats(self, causal: bool = False) -> int:
+        """Scores the softmax units take for one run: ``R`` rows per block of each head (rows
+        past L too), each as long as its block's key bound."""
+        return self.heads * self.cfg.rows * sum(
+            self.key_bound(rb, causal) for rb in range(self.row_blocks))
 
 
 def _take(values, channels, fill=0):

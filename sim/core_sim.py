@@ -35,24 +35,34 @@ class CoreRun:
     probs: np.ndarray | None = None
 
 
-def _assemble_probs(cfg, core, shape, beats_per_unit) -> np.ndarray:
+def _assemble_probs(cfg, core, shape, beats_per_unit, causal) -> np.ndarray:
     """Place the probability beats of each softmax unit (the order is documented in
-    :mod:`hw.core`: blocks ``(row block, head)``, each unit's rows of the block, ``L`` keys
-    per row; rows past ``L`` are computed too and dropped here)."""
+    :mod:`hw.core`: blocks ``(row block, head)``, each unit's rows of the block, each row as
+    long as the block's key bound (:meth:`CoreShape.key_bound`; the keys past it are masked,
+    probability 0); rows past ``L`` are computed too and dropped here)."""
     seq_len, heads = shape.seq_len, shape.heads
     units = core.softmax_units
     rows_per_unit = cfg.rows // units
     probs = np.full((heads, seq_len, seq_len), -1, dtype=np.int64)
     for u, beats in enumerate(beats_per_unit):
-        if len(beats) % seq_len:
+        pos = 0
+        for row_block in range(shape.row_blocks):
+            keys = shape.key_bound(row_block, causal)
+            for head in range(heads):
+                for i in range(rows_per_unit):
+                    row = beats[pos:pos + keys]
+                    if len(row) < keys:
+                        raise AssertionError(
+                            f"softmax unit {u} produced {len(beats)} probabilities, fewer than "
+                            f"the rows of {shape.row_blocks} row blocks and {heads} heads")
+                    pos += keys
+                    query = row_block * cfg.rows + u * rows_per_unit + i
+                    if query < seq_len:
+                        probs[head, query] = 0
+                        probs[head, query, :keys] = row
+        if pos != len(beats):
             raise AssertionError(f"softmax unit {u} produced {len(beats)} probabilities, "
-                                 f"not whole rows of {seq_len}")
-        for chunk in range(len(beats) // seq_len):
-            block, i = divmod(chunk, rows_per_unit)
-            row_block, head = divmod(block, heads)
-            query = row_block * cfg.rows + u * rows_per_unit + i
-            if query < seq_len:
-                probs[head, query] = beats[chunk * seq_len:(chunk + 1) * seq_len]
+                                 f"not {pos}")
     if (probs < 0).any():
         raise AssertionError("the softmax units did not produce every probability row")
     return probs
@@ -168,7 +178,8 @@ def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: flo
         raise AssertionError(f"{name}: 'last' must mark only the final output beat, "
                              f"got {last_flags}")
     y = collect_output(cfg, lanes[-1], shape.seq_len, shape.d_model)
-    probs = _assemble_probs(cfg, core, shape, prob_beats) if record_probs else None
+    probs = (_assemble_probs(cfg, core, shape, prob_beats, causal) if record_probs
+             else None)
     return CoreRun(y=y, cycles=cycles[-1], counters=dict(zip(COUNTERS, counters[-1])),
                    probs=probs)
 

@@ -59,6 +59,11 @@ def test_frozen():
      r"requant_units \(3\) must be 0 or a power of two dividing cols \(4\)"),
     (dict(requant_units=8), ValueError,
      r"requant_units \(8\) must be 0 or a power of two dividing cols \(4\)"),
+    (dict(score_slots=3), ValueError,
+     r"score_slots \(3\) must be 0 or a power of two from 2 to 8"),
+    (dict(score_slots=1), ValueError,
+     r"score_slots \(1\) must be 0 or a power of two from 2 to 8"),
+    (dict(score_slots=16), ValueError, r"score_slots must be between 0 and 8, not 16"),
 ])
 def test_invalid_parameters_are_named(changes, error, message):
     with pytest.raises(error, match=message):
@@ -93,6 +98,17 @@ def test_requant_unit_count(rows, cols, units, count):
     cols; otherwise the field."""
     cfg = preset("default").replace(rows=rows, cols=cols, requant_units=units)
     assert cfg.requant_unit_count == count
+
+
+@pytest.mark.parametrize("rows,cols,slots,count", [
+    (2, 1, 0, 2), (4, 4, 0, 2), (8, 4, 0, 2), (8, 8, 0, 4), (16, 8, 0, 4), (4, 4, 8, 8),
+    (8, 8, 2, 2),
+])
+def test_score_slot_count(rows, cols, slots, count):
+    """0 picks four slots on arrays of 64 PEs or more, two on smaller ones; otherwise the
+    field."""
+    cfg = preset("default").replace(rows=rows, cols=cols, score_slots=slots)
+    assert cfg.score_slot_count == count
 
 
 def test_from_dict_rejects_unknown_fields():

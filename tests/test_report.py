@@ -28,7 +28,7 @@ def _results(build):
     bench = build / "bench"
     _write(bench / "core.json", {"rows": [
         dict(preset="default", array="4x4", layer="reference", shape="64x64x4", util=0.992,
-             cycles=99055, softmax_wait=0.0036, latency_us=None, exact=True),
+             util_masked=0.871, cycles=99055, softmax_wait=0.0036, latency_us=None, exact=True),
         dict(preset="ulx3s", array="16x8", layer="minilm", shape="16x384x12", util=0.94,
              cycles=123456, softmax_wait=0.002, latency_us=987.6, exact=True)],
         "fmax": {"ulx3s": 61.5}})
@@ -66,7 +66,10 @@ def test_report_from_results(tmp_path):
     _results(build)
     out = tmp_path / "report"
     report = make_report(build, out).read_text()
-    assert "| default | 4x4 | reference 64x64x4 | 99,055 | 99.2% | 0.36% | yes | — |" in report
+    assert "| default | 4x4 | reference 64x64x4 | 99,055 | 99.2% | 87.1% | 0.36% | yes | — |" \
+        in report
+    assert "| ulx3s | 16x8 | minilm 16x384x12 | 123,456 | 94.0% | — | 0.20% | yes | 987.6 |" \
+        in report            # (a core.json from before the unmasked column)
     assert "| 8x8 | infer | 8 | 8 | 77.1% | 100.0% | 12 |" in report
     assert "| default | 64 | 100 | 0.985 | 70 |" in report
     assert "| default (x16 w8 qkv16 p12) | random | 2 | 1.250% / 2.000% | 3.0 | 99.00% |" \
