@@ -399,19 +399,21 @@ def _make_presets() -> dict:
         # ULX3S board's preset: it builds in minutes.
         "ulx3s_8x4": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=4,
                                   softmax_units=2, dsp="ecp5_registered"),
-        # ULX3S (ECP5-85F): the same shape on an 8x8 array, twice the multipliers, with one
-        # softmax unit per array row (with four the array waited 5.4 % of the reference layer
-        # for them): the fastest reference layer, but nextpnr takes 20 to 40 minutes.
+        # ULX3S (ECP5-85F): the same shape on an 8x8 array, twice the multipliers, with four
+        # softmax units (the causal reference layer waits 53 of its 21,828 cycles for them;
+        # eight wait 45, two 281): the fastest reference layer, but nextpnr takes 20 to 40
+        # minutes.
         "ulx3s_8x8": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=8,
-                                  softmax_units=8, dsp="ecp5_registered"),
-        # ULX3S (ECP5-85F): the same shape on a 16x8 array, 128 registered DSPs, with a
-        # softmax unit per array row, eight requantizers (a score tile, K = d = 16, brings
+                                  softmax_units=4, dsp="ecp5_registered"),
+        # ULX3S (ECP5-85F): the same shape on a 16x8 array, 128 registered DSPs, with eight
+        # softmax units (the reference layer: 11,683 cycles; 16 units 11,667, four 11,839),
+        # eight requantizers (a score tile, K = d = 16, brings
         # 16 rows of 8 in 16 cycles: with four the array waited for them 10 % of the reference
         # layer) and four bank writers (two: 7 %). 153 of the 156 DSPs; the requantization
         # constants in block RAM, so that the device routes (in LUT RAM the corner with the
         # requantizers stayed congested).
         "ulx3s_16x8": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=16,
-                                   cols=8, softmax_units=16, requant_units=8, bank_writers=4,
+                                   cols=8, softmax_units=8, requant_units=8, bank_writers=4,
                                    dsp="ecp5_registered", params_ram="block"),
         # ULX3S (ECP5-85F): MiniLM-sized layers on a 16x8 array of registered MULT18X18D
         # (128 of the 156 DSPs; the attention core needs power-of-two array sides).

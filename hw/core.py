@@ -307,9 +307,11 @@ class AttentionCore(wiring.Component):
         def at(block, word):
             """Address of ``word`` of token (or token block) ``block``."""
             return times_constant(block, stride) + word
-        # scores: unit u reads rows u*RU .. u*RU + RU - 1 of a block from its own memory
+        # scores: unit u reads rows u*RU .. u*RU + RU - 1 of a block from its own memory (block
+        # RAM on ECP5: on the 8x8 ULX3S device, eight of them in LUT RAM took 576 DPR16X4
+        # slices with four slots; the read goes to a register and nothing else)
         s_mem = [mem(f"scores_{u}", data.ArrayLayout(signed(cfg.score_bits), C),
-                     slots * _pow2(RU) << cblk_bits) for u in range(U)]
+                     slots * _pow2(RU) << cblk_bits, bram=True) for u in range(U)]
         # P: one bank per array row, all read at the reduction counter's address (block RAM
         # on ECP5, where in LUT RAM that counter reached ~780 slices across the die)
         p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), slots << tok_bits, bram=True)
@@ -327,14 +329,20 @@ class AttentionCore(wiring.Component):
         L, D, H, d = args.seq_len, args.d_model, args.heads, args.head_dim
         # Counts derived from the arguments are registers loaded with them at `start` (they
         # stay fixed for the run), so that their adders do not lie in front of the loop
-        # counters' comparisons (on the 8x4, `n_rb` from `L` began the critical path).
+        # counters' comparisons (on the 8x4, the row blocks from `L` began the critical path).
+        # The last row block and the last tile of a PV op are kept for equality comparisons (a
+        # LUT tree) instead of `x + 1 < n` (an adder and a carry chain): on the 8x8 ULX3S
+        # device `blk + 1 < wph` -> a PV op's end -> the softmax units' counters was the
+        # critical path.
         wph = Signal(range(dmax + 1), reset_less=True)      # words per head
         wpd = Signal(range(dmax + 1), reset_less=True)      # words per token of X / output
-        n_rb = Signal(range(lmax + 1), reset_less=True)     # row blocks
+        last_rb = Signal(range(lmax + 1), reset_less=True)  # row blocks - 1
+        last_pv_blk = Signal(range(dmax + 1), reset_less=True)   # wph - 1
 
         def derived_counts(a):
             return [wph.eq((a.head_dim + C - 1) >> lc), wpd.eq((a.d_model + C - 1) >> lc),
-                    n_rb.eq((a.seq_len + R - 1) >> lr)]
+                    last_rb.eq((a.seq_len - 1) >> lr),
+                    last_pv_blk.eq((a.head_dim - 1) >> lc)]
 
         def key_bound(row_block):
             """Keys row block ``row_block`` computes scores for, normalizes and reduces over
@@ -345,7 +353,7 @@ class AttentionCore(wiring.Component):
             changes no result."""
             if not cfg.masks:
                 return L
-            return Mux(args.causal & (row_block + 1 != n_rb), (row_block + 1) << lr, L)
+            return Mux(args.causal & (row_block != last_rb), (row_block + 1) << lr, L)
 
         # ---- top-level sequence ---------------------------------------------------------
         running = Signal()
@@ -544,9 +552,9 @@ class AttentionCore(wiring.Component):
         # key blocks of the S op's row block, and the P.V reduction length of the PV op's: from
         # the row block counters a cycle before, which never moved in the cycle before an op
         # starts (an op ends, the next starts a cycle later), so they hold from its first beat
-        s_kb = Signal(range(lmax + 1))
+        s_last_blk = Signal(range(lmax + 1))    # the S op's key blocks - 1
         pv_len = Signal(range(lmax + 1))
-        m.d.sync += [s_kb.eq((key_bound(s_rb) + C - 1) >> lc), pv_len.eq(key_bound(pv_rb))]
+        m.d.sync += [s_last_blk.eq((key_bound(s_rb) - 1) >> lc), pv_len.eq(key_bound(pv_rb))]
         # the first beat of a PV op is its last when its row block's key bound is 1 (loaded
         # with the op, so it cannot wait for `pv_len`)
         pv_one = L == 1
@@ -674,7 +682,7 @@ class AttentionCore(wiring.Component):
             with m.Switch(cur_op):
                 with m.Case(_PROJ, _OUT):
                     m.d.sync += [ot_h.eq(0), ot_j.eq(0), ot_base.eq(0)]
-                    with m.If(rb + 1 < n_rb):
+                    with m.If(rb != last_rb):
                         m.d.sync += [rb.eq(rb + 1), want_w.eq(0), rem_rows.eq(rem_rows - R),
                                      k_word.eq(0), a_base.eq(a_base + stride)]
                     with m.Else():
@@ -700,21 +708,21 @@ class AttentionCore(wiring.Component):
                             with m.Else():
                                 m.d.sync += ot_cb.eq(ot_cb + 1)
                 with m.Case(_S):
-                    with m.If(blk + 1 < s_kb):
+                    with m.If(blk != s_last_blk):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      k_word.eq(s_base), k_base.eq(k_base + stride)]
                     with m.Else():
                         m.d.sync += [cur_op.eq(7), s_slot.eq(s_slot + 1), s_lead.eq(s_lead + 1)]
                         with m.If(s_h + 1 == H):
                             m.d.sync += [s_h.eq(0), s_base.eq(0)]
-                            with m.If(s_rb + 1 == n_rb):
+                            with m.If(s_rb == last_rb):
                                 m.d.sync += s_end.eq(1)
                             with m.Else():
                                 m.d.sync += s_rb.eq(s_rb + 1)
                         with m.Else():
                             m.d.sync += [s_h.eq(s_h + 1), s_base.eq(s_base + wph)]
                 with m.Case(_PV):
-                    with m.If(blk + 1 < wph):
+                    with m.If(blk != last_pv_blk):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      v_word.eq(v_word + 1)]
                     with m.Else():
@@ -722,7 +730,7 @@ class AttentionCore(wiring.Component):
                         m.d.comb += pv_ends.eq(1)
                         with m.If(pv_h + 1 == H):
                             m.d.sync += [pv_h.eq(0), pv_base.eq(0)]
-                            with m.If(pv_rb + 1 == n_rb):
+                            with m.If(pv_rb == last_rb):
                                 m.d.sync += [pv_end.eq(1), att_done.eq(1)]
                             with m.Else():
                                 m.d.sync += pv_rb.eq(pv_rb + 1)
@@ -760,12 +768,12 @@ class AttentionCore(wiring.Component):
             with m.Case(_S):
                 m.d.comb += [desc_in.blk.eq(blk), desc_in.head.eq(s_h),
                              desc_in.slot.eq(s_slot),
-                             desc_in.op_last.eq(blk + 1 == s_kb)]
+                             desc_in.op_last.eq(blk == s_last_blk)]
             with m.Case(_PV):
                 m.d.comb += [desc_in.hword.eq(v_word), desc_in.head.eq(pv_h),
                              desc_in.slot.eq(pv_slot)]
             with m.Case(_OUT):
-                m.d.comb += desc_in.run_last.eq((ot_cb + 1 == wpd) & (rb + 1 == n_rb))
+                m.d.comb += desc_in.run_last.eq((ot_cb + 1 == wpd) & (rb == last_rb))
 
         # memory reads for the beat being issued (data valid in F1)
         f1 = Signal(data.StructLayout({
