@@ -912,16 +912,39 @@ class AttentionCore(wiring.Component):
         queued_results = C > 1
         res_depth = max(8, in_flight + 3)
         credit_ok = Signal(init=1)
+        # The array's result rows: with `feeder_skid` through a skid register as well, so that
+        # the array's `o_stream.ready` is a register: on the 8x8 ULX3S device the requantizers'
+        # ready (from the writer's descriptor handshake) -> the array's output reservation
+        # crossed the die (12.1 ns, 7.5 of it routing). A row the requantizers do not take
+        # in its cycle waits in the skid register, which they take first.
+        result_layout = array.o_stream.payload.shape()
+        result = Signal(result_layout)
+        result_valid, take_result = Signal(), Signal()
+        m.d.comb += take_result.eq(rq.i_stream.ready & rows_q.w_rdy)
+        if self.feeder_skid:
+            o_skid = Signal(result_layout, name="o_skid", reset_less=True)
+            o_skid_valid = Signal()
+            m.d.comb += [array.o_stream.ready.eq(~o_skid_valid),
+                         result_valid.eq(o_skid_valid | array.o_stream.valid),
+                         result.eq(Mux(o_skid_valid, o_skid.as_value(),
+                                       array.o_stream.payload.as_value()))]
+            with m.If(~o_skid_valid):
+                # (loaded whenever empty, so that `take_result` drives one flip-flop only)
+                m.d.sync += o_skid.eq(array.o_stream.payload)
+                with m.If(array.o_stream.valid & ~take_result):
+                    m.d.sync += o_skid_valid.eq(1)
+            with m.Elif(take_result):
+                m.d.sync += o_skid_valid.eq(0)
+        else:
+            m.d.comb += [array.o_stream.ready.eq(take_result),
+                         result_valid.eq(array.o_stream.valid),
+                         result.eq(array.o_stream.payload)]
         for g, unit in enumerate(rqs):
-            m.d.comb += [unit.i_stream.valid.eq(array.o_stream.valid & rows_q.w_rdy & credit_ok),
-                         unit.i_stream.payload.last.eq(array.o_stream.payload.last)]
+            m.d.comb += [unit.i_stream.valid.eq(result_valid & rows_q.w_rdy & credit_ok),
+                         unit.i_stream.payload.last.eq(result.last)]
             for i in range(per):
-                m.d.comb += unit.i_stream.payload.acc[i].eq(
-                    array.o_stream.payload.acc[g * per + i])
-        m.d.comb += [
-            array.o_stream.ready.eq(rq.i_stream.ready & rows_q.w_rdy),
-            into_rq.eq(array.o_stream.valid & array.o_stream.ready),
-        ]
+                m.d.comb += unit.i_stream.payload.acc[i].eq(result.acc[g * per + i])
+        m.d.comb += into_rq.eq(result_valid & take_result)
         with m.If(into_rq):
             m.d.sync += row.eq(Mux(row == R - 1, 0, row + 1))
         row_in = data.View(ctrl_layout, rows_q.w_data)

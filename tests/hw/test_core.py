@@ -332,8 +332,9 @@ def test_core_probabilities_probe(units):
 @pytest.mark.parametrize("shape", [(7, 12, 2), (1, 16, 1)])
 def test_core_with_registered_dsps(shape):
     """The ECP5 registered-DSP latency (behavioural model) through the whole core, with the
-    feeder's skid register; L = 1 makes every P.V beat a tile's last, which the array holds
-    back (a beat the skid register must keep)."""
+    skid registers before the array (L = 1 makes every P.V beat a tile's last, which the
+    array holds back: a beat the skid register must keep) and after it (output stalls hold
+    the requantizers: a result row the skid register must keep)."""
     cfg = preset("tiny").replace(dsp="ecp5_registered")
     qm, xi, expected = layer(cfg, *shape, seed=5, causal=True)
     run = simulate_core(cfg, qm, xi, causal=True, stall=0.3,
