@@ -409,7 +409,7 @@ def _make_presets() -> dict:
         # softmax units (the reference layer: 11,683 cycles; 16 units 11,667, four 11,839),
         # eight requantizers (a score tile, K = d = 16, brings
         # 16 rows of 8 in 16 cycles: with four the array waited for them 10 % of the reference
-        # layer) and four bank writers (two: 7 %). 153 of the 156 DSPs; the requantization
+        # layer) and four bank writers (two: 7 %). 152 of the 156 DSPs; the requantization
         # constants in block RAM, so that the device routes (in LUT RAM the corner with the
         # requantizers stayed congested).
         "ulx3s_16x8": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=16,
