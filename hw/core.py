@@ -75,6 +75,24 @@ def _ceil_div(a, b):
     return -(-a // b)
 
 
+def _skid_register(m, name, valid, payload, take):
+    """A skid register between a producer (``valid``, ``payload``) and a consumer that takes
+    a beat when ``take``. Returns the consumer's ``(valid, payload)`` and the producer's
+    ready, which is a register (the skid register is empty): a beat the consumer does not
+    take in its cycle waits in the register, which the consumer takes first. The register
+    loads whenever it is empty, so ``take`` drives one flip-flop, not the data's enables."""
+    held = Signal(payload.shape(), name=name, reset_less=True)
+    held_valid = Signal(name=f"{name}_valid")
+    with m.If(~held_valid):
+        m.d.sync += held.eq(payload)
+        with m.If(valid & ~take):
+            m.d.sync += held_valid.eq(1)
+    with m.Elif(take):
+        m.d.sync += held_valid.eq(0)
+    return (held_valid | valid, Mux(held_valid, held.as_value(), payload.as_value()),
+            ~held_valid)
+
+
 class AttentionCore(wiring.Component):
     """Multi-head self-attention core for one :class:`attn.AttnConfig`.
 
@@ -492,10 +510,11 @@ class AttentionCore(wiring.Component):
         # depends on the beat's `last` and the array's output room): on the 16x8 ULX3S device
         # that path crossed the die four times, from `last` through the issue logic to the
         # loop counters (21.5 ns).
-        f1_valid, f2_valid, skid_valid = Signal(), Signal(), Signal()
+        f1_valid, f2_valid = Signal(), Signal()
+        skid_empty = Signal()       # the skid register holds no beat
         adv = Signal()
         if self.feeder_skid:
-            m.d.comb += adv.eq(~f2_valid | ~skid_valid)
+            m.d.comb += adv.eq(~f2_valid | skid_empty)
         else:
             m.d.comb += adv.eq(~f2_valid | array.i_stream.ready)
 
@@ -555,11 +574,6 @@ class AttentionCore(wiring.Component):
         s_last_blk = Signal(range(lmax + 1))    # the S op's key blocks - 1
         pv_len = Signal(range(lmax + 1))
         m.d.sync += [s_last_blk.eq((key_bound(s_rb) - 1) >> lc), pv_len.eq(key_bound(pv_rb))]
-        # the first beat of a PV op is its last when its row block's key bound is 1 (loaded
-        # with the op, so it cannot wait for `pv_len`)
-        pv_one = L == 1
-        if cfg.masks and R == 1:
-            pv_one = pv_one | (args.causal & (pv_rb == 0))
         # S ops done minus PV ops done, 0 to `slots`: S(n) starts while n <= PV ops done +
         # slots - 1, so PV(n - slots) has ended (its reads of P slot n mod `slots` are issued)
         # and the softmax has finished block n - slots (its reads of score slot n mod `slots`)
@@ -618,9 +632,9 @@ class AttentionCore(wiring.Component):
         m.d.comb += issue.eq(can_issue)
         m.d.comb += self.w_stream.ready.eq(can_issue & want_w)
 
-        def start_tile(k_word_init, reduction=None, one=None):
+        def start_tile(k_word_init, reduction):
             m.d.sync += [k.eq(0), k_lane.eq(0), k_word.eq(k_word_init), first.eq(1),
-                         last.eq(reduction == 1 if one is None else one)]
+                         last.eq(reduction == 1)]
 
         with m.If(cur_op == 7):
             with m.If(phase_proj & ~proj_done):
@@ -638,7 +652,8 @@ class AttentionCore(wiring.Component):
                 with m.Elif(~pv_end & sm_ready):
                     m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
                                  rem_rows.eq(L - (pv_rb << lr)), v_word.eq(pv_base)]
-                    start_tile(pv_base, one=pv_one)
+                    # (the bound from `pv_rb` itself: `pv_len` may be a cycle behind it here)
+                    start_tile(pv_base, key_bound(pv_rb))
             with m.Elif(phase_out & ~out_issued):
                 m.d.sync += [cur_op.eq(_OUT), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
@@ -830,14 +845,10 @@ class AttentionCore(wiring.Component):
         beat = Signal(array.i_stream.payload.shape())
         m.d.comb += [beat.first.eq(f2.first), beat.last.eq(f2.last)]
         if self.feeder_skid:
-            skid = Signal(array.i_stream.payload.shape(), reset_less=True)
-            m.d.comb += [array.i_stream.valid.eq(f2_valid | skid_valid),
-                         array.i_stream.payload.eq(Mux(skid_valid, skid, beat))]
-            with m.If(skid_valid):
-                with m.If(array.i_stream.ready):
-                    m.d.sync += skid_valid.eq(0)
-            with m.Elif(f2_valid & ~array.i_stream.ready):
-                m.d.sync += [skid_valid.eq(1), skid.eq(beat)]
+            feed_valid, feed, empty = _skid_register(m, "skid", f2_valid, beat,
+                                                     array.i_stream.ready)
+            m.d.comb += [array.i_stream.valid.eq(feed_valid), array.i_stream.payload.eq(feed),
+                         skid_empty.eq(empty)]
         else:
             m.d.comb += [array.i_stream.valid.eq(f2_valid), array.i_stream.payload.eq(beat)]
         for r in range(R):
@@ -917,24 +928,14 @@ class AttentionCore(wiring.Component):
         # ready (from the writer's descriptor handshake) -> the array's output reservation
         # crossed the die (12.1 ns, 7.5 of it routing). A row the requantizers do not take
         # in its cycle waits in the skid register, which they take first.
-        result_layout = array.o_stream.payload.shape()
-        result = Signal(result_layout)
+        result = Signal(array.o_stream.payload.shape())
         result_valid, take_result = Signal(), Signal()
         m.d.comb += take_result.eq(rq.i_stream.ready & rows_q.w_rdy)
         if self.feeder_skid:
-            o_skid = Signal(result_layout, name="o_skid", reset_less=True)
-            o_skid_valid = Signal()
-            m.d.comb += [array.o_stream.ready.eq(~o_skid_valid),
-                         result_valid.eq(o_skid_valid | array.o_stream.valid),
-                         result.eq(Mux(o_skid_valid, o_skid.as_value(),
-                                       array.o_stream.payload.as_value()))]
-            with m.If(~o_skid_valid):
-                # (loaded whenever empty, so that `take_result` drives one flip-flop only)
-                m.d.sync += o_skid.eq(array.o_stream.payload)
-                with m.If(array.o_stream.valid & ~take_result):
-                    m.d.sync += o_skid_valid.eq(1)
-            with m.Elif(take_result):
-                m.d.sync += o_skid_valid.eq(0)
+            held_valid, held, empty = _skid_register(m, "o_skid", array.o_stream.valid,
+                                                     array.o_stream.payload, take_result)
+            m.d.comb += [array.o_stream.ready.eq(empty), result_valid.eq(held_valid),
+                         result.eq(held)]
         else:
             m.d.comb += [array.o_stream.ready.eq(take_result),
                          result_valid.eq(array.o_stream.valid),
