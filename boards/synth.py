@@ -85,6 +85,8 @@ from amaranth.hdl import (
 from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.target import keep_copies_script
+
 from .toolchain import FAMILIES, env_var, find_tool, use_yowasp
 
 __all__ = ["FAMILIES", "BOARDS", "Board", "SynthReport", "SynthError", "OutOfContext",
@@ -793,6 +795,7 @@ def build_top(top, *, family: str, name: str, clock_mhz: float | None = None,
     pnr = f"--seed {seed} --timing-allow-fail --report {name}.report.json {nextpnr_opts}".strip()
     start = time.monotonic()
     plan = platform.prepare(top, name, synth_opts=synth, nextpnr_opts=pnr,
+                            script_after_read=keep_copies_script(),
                             script_after_synth=f"tee -q -o {name}.stat.json stat -json")
     plan.extract(build_dir)
     commands = json.loads((build_dir / f"build_{name}.json").read_text())["commands"]

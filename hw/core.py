@@ -51,7 +51,7 @@ from .lane_bank import LaneBank, LaneSerializer
 from .requant import Requantizer, sum_width
 from .softmax import Softmax
 from .systolic import SystolicArray
-from .target import block_ram_attrs, is_ecp5, is_ice40
+from .target import KEEP_COPY, block_ram_attrs, is_ecp5, is_ice40
 
 __all__ = ["AttentionCore", "COUNTERS"]
 
@@ -91,6 +91,26 @@ def _skid_register(m, name, valid, payload, take):
         m.d.sync += held_valid.eq(0)
     return (held_valid | valid, Mux(held_valid, held.as_value(), payload.as_value()),
             ~held_valid)
+
+
+def _register_buffer(m, name, valid, payload, take):
+    """A two-entry buffer between a producer and a consumer, like :func:`_skid_register`, but
+    the consumer's ``(valid, payload)`` come from registers as well as the producer's ready:
+    a beat goes to the output register (``name``) when that is free or taken this cycle, else
+    to the spare register, which refills the output register first. A cycle more of latency,
+    none of throughput."""
+    main = Signal(payload.shape(), name=name, reset_less=True)
+    main_valid = Signal(name=f"{name}_valid")
+    spare = Signal(payload.shape(), name=f"{name}_spare", reset_less=True)
+    spare_valid = Signal(name=f"{name}_spare_valid")
+    with m.If(~main_valid | take):
+        with m.If(spare_valid):      # (no beat enters while the spare register is full)
+            m.d.sync += [main.eq(spare), main_valid.eq(1), spare_valid.eq(0)]
+        with m.Else():
+            m.d.sync += [main.eq(payload), main_valid.eq(valid)]
+    with m.Elif(valid & ~spare_valid):
+        m.d.sync += [spare.eq(payload), spare_valid.eq(1)]
+    return main_valid, main.as_value(), ~spare_valid
 
 
 class AttentionCore(wiring.Component):
@@ -175,6 +195,16 @@ class AttentionCore(wiring.Component):
         die to cross (it costs the iCEBreaker's device 60 of its 5,280 logic cells). A
         configuration choice, not the platform's, so that simulated cycles are the
         hardware's."""
+        return self.cfg.dsp == "ecp5_registered"
+
+    @property
+    def registered_reads(self) -> bool:
+        """Whether the memory reads take one more register stage, under the same condition as
+        :attr:`feeder_skid`: the feeder registers each read address at its memory (a copy per
+        bank; on the 16x8 ULX3S device one address net to the 16 X/Q banks had 12 ns of
+        routing), and each softmax feed registers the score it selected from a block RAM's
+        word (on the 8x8 device the word crossed 53 rows to the selection). A cycle more of
+        latency per operation and per softmax block."""
         return self.cfg.dsp == "ecp5_registered"
 
     def requant_multiplier(self, platform) -> str:
@@ -790,39 +820,62 @@ class AttentionCore(wiring.Component):
             with m.Case(_OUT):
                 m.d.comb += desc_in.run_last.eq((ot_cb + 1 == wpd) & (rb == last_rb))
 
-        # memory reads for the beat being issued (data valid in F1)
+        # memory reads for the beat being issued (data valid in F1). With `registered_reads`
+        # a stage FA lies between F0 and F1: the read addresses go to registers, a copy at
+        # each memory (KEEP_COPY: synthesis keeps the copies apart), and the memories read
+        # from those; the beat's fields wait in `fa` beside them.
         f1 = Signal(data.StructLayout({
             "op": unsigned(2), "rows": unsigned(R),
             "cols": unsigned(C), "first": 1, "last": 1, "wsrc": 1,
         }))
         f1_w = Signal(lanes_layout(cfg, cfg.w_bits), reset_less=True)
+        if self.registered_reads:
+            fa, fa_valid = Signal.like(f1, name="fa"), Signal(name="fa_valid")
+            fa_w = Signal.like(f1_w, name="fa_w", reset_less=True)
+            with m.If(adv):
+                m.d.sync += [f1_valid.eq(fa_valid), f1.eq(fa), f1_w.eq(fa_w)]
+        else:
+            fa, fa_valid, fa_w = f1, f1_valid, f1_w
         with m.If(adv):
-            m.d.sync += [f1_valid.eq(issue), f2_valid.eq(f1_valid)]
+            m.d.sync += [fa_valid.eq(issue), f2_valid.eq(f1_valid)]
         with m.If(issue):
-            m.d.sync += [f1.op.eq(cur_op[:2]), f1.rows.eq(row_mask),
-                         f1.first.eq(first), f1.last.eq(last), f1.wsrc.eq(want_w),
-                         f1.cols.eq(col_mask)]
+            m.d.sync += [fa.op.eq(cur_op[:2]), fa.rows.eq(row_mask),
+                         fa.first.eq(first), fa.last.eq(last), fa.wsrc.eq(want_w),
+                         fa.cols.eq(col_mask)]
             with m.If(want_w):
-                m.d.sync += f1_w.eq(self.w_stream.payload)
+                m.d.sync += fa_w.eq(self.w_stream.payload)
+
+        def read_address(value, name):
+            # `value`, or with `registered_reads` a register of it (one per memory)
+            if not self.registered_reads:
+                return value
+            copy = Signal(len(value), name=name, reset_less=True, attrs={KEEP_COPY: 1})
+            with m.If(adv):
+                m.d.sync += copy.eq(value)
+            return copy
 
         wb_w = w_mem.write_port()
         m.d.comb += [wb_w.addr.eq(k), wb_w.data.eq(self.w_stream.payload),
                      wb_w.en.eq(issue & want_w)]
         wb_r = w_mem.read_port(transparent_for=(wb_w,))
-        m.d.comb += [wb_r.addr.eq(k), wb_r.en.eq(adv)]
+        m.d.comb += [wb_r.addr.eq(read_address(k, "w_raddr")), wb_r.en.eq(adv)]
 
         p_rd = [p_mem[r].read_port() for r in range(R)]
         v_rd = v_mem.read_port()
+        xq_addr, k_addr = Signal(len(xq_bank[0].r_addr)), Signal(len(k_bank[0].r_addr))
+        m.d.comb += [xq_addr.eq(Cat(k_lane[:lc], a_base + k_word)),
+                     k_addr.eq(Cat(k_lane[:lc], k_base + k_word))]
         for r in range(R):
             m.d.comb += [
-                xq_bank[r].r_addr.eq(Cat(k_lane[:lc], a_base + k_word)),
+                xq_bank[r].r_addr.eq(read_address(xq_addr, f"xq_raddr_{r}")),
                 xq_bank[r].r_en.eq(adv),
-                p_rd[r].addr.eq(Cat(k[:tok_bits], pv_slot)), p_rd[r].en.eq(adv),
+                p_rd[r].addr.eq(read_address(Cat(k[:tok_bits], pv_slot), f"p_raddr_{r}")),
+                p_rd[r].en.eq(adv),
             ]
         for c in range(C):
-            m.d.comb += [k_bank[c].r_addr.eq(Cat(k_lane[:lc], k_base + k_word)),
+            m.d.comb += [k_bank[c].r_addr.eq(read_address(k_addr, f"k_raddr_{c}")),
                          k_bank[c].r_en.eq(adv)]
-        m.d.comb += [v_rd.addr.eq(at(k, v_word)),
+        m.d.comb += [v_rd.addr.eq(read_address(at(k, v_word), "v_raddr")),
                      v_rd.en.eq(adv)]
 
         # F1: the memories' words into registers (data without a reset: `f2_valid` says
@@ -926,14 +979,18 @@ class AttentionCore(wiring.Component):
         # The array's result rows: with `feeder_skid` through a skid register as well, so that
         # the array's `o_stream.ready` is a register: on the 8x8 ULX3S device the requantizers'
         # ready (from the writer's descriptor handshake) -> the array's output reservation
-        # crossed the die (12.1 ns, 7.5 of it routing). A row the requantizers do not take
-        # in its cycle waits in the skid register, which they take first.
+        # crossed the die (12.1 ns, 7.5 of it routing). With `registered_reads` the rows
+        # reach the requantizers from registers as well (`_register_buffer`): through a skid
+        # register that passes a row on in its cycle, a tile's last row came from the array's
+        # output memory into the descriptor handshake (the constants' read enable, `cur`), the
+        # critical path of both the 8x8 and the 16x8 devices (11.7 and 17.1 ns).
         result = Signal(array.o_stream.payload.shape())
         result_valid, take_result = Signal(), Signal()
         m.d.comb += take_result.eq(rq.i_stream.ready & rows_q.w_rdy)
         if self.feeder_skid:
-            held_valid, held, empty = _skid_register(m, "o_skid", array.o_stream.valid,
-                                                     array.o_stream.payload, take_result)
+            buffer = _register_buffer if self.registered_reads else _skid_register
+            held_valid, held, empty = buffer(m, "o_skid", array.o_stream.valid,
+                                             array.o_stream.payload, take_result)
             m.d.comb += [array.o_stream.ready.eq(empty), result_valid.eq(held_valid),
                          result.eq(held)]
         else:
@@ -1103,13 +1160,17 @@ class AttentionCore(wiring.Component):
                                                                     name=f"sm_row_{u}")
             # F1: read issued, the word next cycle, into a register (as the feeder's, a block
             # RAM's output goes to a register and nothing else); F2: its lane to the unit
+            # (with `registered_reads`: to a register, F3, and from there to the unit)
             f1 = Signal(name=f"sm_f1_{u}")
             f2 = Signal(name=f"sm_f2_{u}")
             info = Signal(data.StructLayout({"lane": unsigned(max(1, lc)), "mask": 1,
                                              "last": 1}), name=f"sm_info_{u}")
             info2 = Signal.like(info, name=f"sm_info2_{u}")
             sm_adv = Signal(name=f"sm_adv_{u}")
-            m.d.comb += sm_adv.eq(~f2 | softmax.i_stream.ready)
+            f_out = f2
+            if self.registered_reads:
+                f_out = Signal(name=f"sm_f3_{u}")
+            m.d.comb += sm_adv.eq(~f_out | softmax.i_stream.ready)
             issue_sm = Signal(name=f"sm_issue_{u}")
             m.d.comb += issue_sm.eq(sm_adv & busy[u])
             s_rd = s_mem[u].read_port()
@@ -1136,11 +1197,16 @@ class AttentionCore(wiring.Component):
                 with m.Else():
                     m.d.sync += j.eq(j + 1)
             sm_in = softmax.i_stream.payload
-            m.d.comb += [softmax.i_stream.valid.eq(f2),
-                         sm_in.score.eq(s_q[info2.lane]),
-                         sm_in.last.eq(info2.last)]
+            feed = Signal.like(sm_in, name=f"sm_feed_{u}")
+            m.d.comb += [feed.score.eq(s_q[info2.lane]), feed.last.eq(info2.last)]
             if cfg.masks:
-                m.d.comb += sm_in.mask.eq(info2.mask)
+                m.d.comb += feed.mask.eq(info2.mask)
+            if self.registered_reads:
+                feed3 = Signal.like(feed, name=f"sm_feed3_{u}", reset_less=True)
+                with m.If(sm_adv):
+                    m.d.sync += [f_out.eq(f2), feed3.eq(feed)]
+                feed = feed3
+            m.d.comb += [softmax.i_stream.valid.eq(f_out), sm_in.eq(feed)]
             beats.append(softmax.i_stream.valid & softmax.i_stream.ready)
 
             # probabilities -> the P banks of this unit's rows, in the slot of its block

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-__all__ = ["device", "is_ice40", "is_ecp5", "block_ram_attrs"]
+__all__ = ["device", "is_ice40", "is_ecp5", "block_ram_attrs", "KEEP_COPY",
+           "keep_copies_script"]
+
+#: Attribute of a signal whose flip-flops are one of several copies of the same value, each
+#: next to its own far-apart users (e.g. a read address registered at every bank). Identical
+#: flip-flops are merged back into one by Yosys's ``opt_merge``; the board builds run
+#: :func:`keep_copies_script` first, which marks them ``keep``.
+KEEP_COPY = "attn_keep_copy"
+
+
+def keep_copies_script() -> str:
+    """The Yosys command (for ``script_after_read``) that marks the flip-flops driving a
+    :data:`KEEP_COPY` signal ``keep``, so that synthesis leaves each copy in place."""
+    return f"setattr -set keep 1 a:{KEEP_COPY} %ci1:+[Q] t:$*dff* %i"
 
 
 def device(platform) -> str:

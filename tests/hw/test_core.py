@@ -329,14 +329,21 @@ def test_core_probabilities_probe(units):
     assert_equal("core output y", expected.y, run.y)
 
 
-@pytest.mark.parametrize("shape", [(7, 12, 2), (1, 16, 1)])
-def test_core_with_registered_dsps(shape):
+@pytest.mark.parametrize("overrides, shape", [
+    ({}, (7, 12, 2)), ({}, (1, 16, 1)),
+    (dict(rows=8, cols=2, softmax_units=1, max_heads=4), (2, 16, 4)),
+])
+def test_core_with_registered_dsps(overrides, shape):
     """The ECP5 registered-DSP latency (behavioural model) through the whole core, with the
     skid registers before the array (L = 1 makes every P.V beat a tile's last, which the
     array holds back: a beat the skid register must keep) and after it (output stalls hold
-    the requantizers: a result row the skid register must keep)."""
-    cfg = preset("tiny").replace(dsp="ecp5_registered")
+    the requantizers: a result row the skid register must keep), and the registered reads
+    (:attr:`AttentionCore.registered_reads`): eight rows of two keys for one softmax unit
+    keep it from taking every score (it held back half of them), so a score waits in the
+    feed's last register while a gap follows it."""
+    cfg = preset("tiny").replace(dsp="ecp5_registered", **overrides)
+    assert AttentionCore(cfg).registered_reads
     qm, xi, expected = layer(cfg, *shape, seed=5, causal=True)
     run = simulate_core(cfg, qm, xi, causal=True, stall=0.3,
-                        name=f"core_registered_dsp_{shape[0]}")
+                        name=f"core_registered_dsp_{cfg.rows}_{shape[0]}")
     assert_equal("core output y", expected.y, run.y)
