@@ -400,14 +400,14 @@ def _make_presets() -> dict:
         "ulx3s_8x4": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=4,
                                   softmax_units=2, dsp="ecp5_registered"),
         # ULX3S (ECP5-85F): the same shape on an 8x8 array, twice the multipliers, with four
-        # softmax units (the causal reference layer waits 53 of its 21,828 cycles for them;
-        # eight wait 45, two 281): the fastest reference layer, but nextpnr takes 20 to 40
-        # minutes.
+        # softmax units (at 70063ab the causal reference layer waited 53 of its 21,828 cycles
+        # for them; eight 45, two 281): the fastest reference layer, but nextpnr takes 20 to
+        # 40 minutes.
         "ulx3s_8x8": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=8,
                                   softmax_units=4, dsp="ecp5_registered"),
         # ULX3S (ECP5-85F): the same shape on a 16x8 array, 128 registered DSPs, with eight
-        # softmax units (the reference layer: 11,683 cycles; 16 units 11,667, four 11,839),
-        # eight requantizers (a score tile, K = d = 16, brings
+        # softmax units (at 70063ab the reference layer: 11,683 cycles; 16 units 11,667, four
+        # 11,839), eight requantizers (a score tile, K = d = 16, brings
         # 16 rows of 8 in 16 cycles: with four the array waited for them 10 % of the reference
         # layer) and four bank writers (two: 7 %). 152 of the 156 DSPs; the requantization
         # constants in block RAM, so that the device routes (in LUT RAM the corner with the
