@@ -199,13 +199,13 @@ class AttentionCore(wiring.Component):
 
     @property
     def registered_reads(self) -> bool:
-        """Whether the memory reads take one more register stage, under the same condition as
-        :attr:`feeder_skid`: the feeder registers each read address at its memory (a copy per
+        """Whether the memory reads take one more register stage (wherever there is a
+        :attr:`feeder_skid`): the feeder registers each read address at its memory (a copy per
         bank; on the 16x8 ULX3S device one address net to the 16 X/Q banks had 12 ns of
         routing), and each softmax feed registers the score it selected from a block RAM's
         word (on the 8x8 device the word crossed 53 rows to the selection). A cycle more of
         latency per operation and per softmax block."""
-        return self.cfg.dsp == "ecp5_registered"
+        return self.feeder_skid
 
     def requant_multiplier(self, platform) -> str:
         """The requantizers' multiplier on ``platform`` (:class:`hw.requant.Requantizer`):
@@ -979,8 +979,8 @@ class AttentionCore(wiring.Component):
         # The array's result rows: with `feeder_skid` through a skid register as well, so that
         # the array's `o_stream.ready` is a register: on the 8x8 ULX3S device the requantizers'
         # ready (from the writer's descriptor handshake) -> the array's output reservation
-        # crossed the die (12.1 ns, 7.5 of it routing). With `registered_reads` the rows
-        # reach the requantizers from registers as well (`_register_buffer`): through a skid
+        # crossed the die (12.1 ns, 7.5 of it routing). The rows reach the requantizers from
+        # registers as well (`_register_buffer`, not `_skid_register`): through a skid
         # register that passes a row on in its cycle, a tile's last row came from the array's
         # output memory into the descriptor handshake (the constants' read enable, `cur`), the
         # critical path of both the 8x8 and the 16x8 devices (11.7 and 17.1 ns).
@@ -988,9 +988,8 @@ class AttentionCore(wiring.Component):
         result_valid, take_result = Signal(), Signal()
         m.d.comb += take_result.eq(rq.i_stream.ready & rows_q.w_rdy)
         if self.feeder_skid:
-            buffer = _register_buffer if self.registered_reads else _skid_register
-            held_valid, held, empty = buffer(m, "o_skid", array.o_stream.valid,
-                                             array.o_stream.payload, take_result)
+            held_valid, held, empty = _register_buffer(m, "o_skid", array.o_stream.valid,
+                                                       array.o_stream.payload, take_result)
             m.d.comb += [array.o_stream.ready.eq(empty), result_valid.eq(held_valid),
                          result.eq(held)]
         else:
