@@ -44,9 +44,10 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .bram import RegisteredMemory
 from .core_io import lanes_layout, param_layout, run_args_layout
 from .dsp import ice40_mac16, mac16_blocks, times_constant
-from .fifo import BlockRAMFIFO
+from .fifo import BlockRAMFIFO, credit_queue, register_buffer
 from .lane_bank import LaneBank, LaneSerializer
 from .requant import Requantizer, sum_width
 from .softmax import Softmax
@@ -73,44 +74,6 @@ def _pow2(n: int) -> int:
 
 def _ceil_div(a, b):
     return -(-a // b)
-
-
-def _skid_register(m, name, valid, payload, take):
-    """A skid register between a producer (``valid``, ``payload``) and a consumer that takes
-    a beat when ``take``. Returns the consumer's ``(valid, payload)`` and the producer's
-    ready, which is a register (the skid register is empty): a beat the consumer does not
-    take in its cycle waits in the register, which the consumer takes first. The register
-    loads whenever it is empty, so ``take`` drives one flip-flop, not the data's enables."""
-    held = Signal(payload.shape(), name=name, reset_less=True)
-    held_valid = Signal(name=f"{name}_valid")
-    with m.If(~held_valid):
-        m.d.sync += held.eq(payload)
-        with m.If(valid & ~take):
-            m.d.sync += held_valid.eq(1)
-    with m.Elif(take):
-        m.d.sync += held_valid.eq(0)
-    return (held_valid | valid, Mux(held_valid, held.as_value(), payload.as_value()),
-            ~held_valid)
-
-
-def _register_buffer(m, name, valid, payload, take):
-    """A two-entry buffer between a producer and a consumer, like :func:`_skid_register`, but
-    the consumer's ``(valid, payload)`` come from registers as well as the producer's ready:
-    a beat goes to the output register (``name``) when that is free or taken this cycle, else
-    to the spare register, which refills the output register first. A cycle more of latency,
-    none of throughput."""
-    main = Signal(payload.shape(), name=name, reset_less=True)
-    main_valid = Signal(name=f"{name}_valid")
-    spare = Signal(payload.shape(), name=f"{name}_spare", reset_less=True)
-    spare_valid = Signal(name=f"{name}_spare_valid")
-    with m.If(~main_valid | take):
-        with m.If(spare_valid):      # (no beat enters while the spare register is full)
-            m.d.sync += [main.eq(spare), main_valid.eq(1), spare_valid.eq(0)]
-        with m.Else():
-            m.d.sync += [main.eq(payload), main_valid.eq(valid)]
-    with m.Elif(valid & ~spare_valid):
-        m.d.sync += [spare.eq(payload), spare_valid.eq(1)]
-    return main_valid, main.as_value(), ~spare_valid
 
 
 class AttentionCore(wiring.Component):
@@ -188,24 +151,40 @@ class AttentionCore(wiring.Component):
         return self.cfg.requant_unit_count
 
     @property
-    def feeder_skid(self) -> bool:
-        """Whether the feeder hands the array its beats through a skid register (see the
-        feeder in :meth:`elaborate`): with the ECP5's registered DSPs (``cfg.dsp``), the
-        arrays that span the die; not on the small and iCE40 configurations, which have no
-        die to cross (it costs the iCEBreaker's device 60 of its 5,280 logic cells). A
-        configuration choice, not the platform's, so that simulated cycles are the
-        hardware's."""
+    def feeder_queue(self) -> bool:
+        """Whether the feeder's stages never stop and hand the array their beats through a
+        queue, issuing against credits (see the feeder in :meth:`elaborate`): with the ECP5's
+        registered DSPs (``cfg.dsp``), the arrays that span the die; not on the small and
+        iCE40 configurations, which have no die to cross (a skid register, its predecessor,
+        cost the iCEBreaker's device 60 of its 5,280 logic cells). A configuration choice,
+        not the platform's, so that simulated cycles are the hardware's."""
         return self.cfg.dsp == "ecp5_registered"
+
+    @property
+    def feed_credits(self) -> int:
+        """Beats the :attr:`feeder_queue` feeder may have issued and not yet handed to the
+        array: while the array takes one a cycle, the three stages (FA, F1, F2) and the
+        cycle the credit count takes to reach the issue hold four, so five keep the array
+        busy, after a stall too (the queued beats last until the first new one arrives)."""
+        return 5
+
+    @property
+    def softmax_credits(self) -> int:
+        """The same for each softmax unit's reader with :attr:`registered_reads`: its four
+        stages (F1, F1b, F2, F3) and the credit's cycle hold five scores while the unit takes
+        one a cycle, so six keep it busy."""
+        return 6
 
     @property
     def registered_reads(self) -> bool:
         """Whether the memory reads take one more register stage (wherever there is a
-        :attr:`feeder_skid`): the feeder registers each read address at its memory (a copy per
+        :attr:`feeder_queue`): the feeder registers each read address at its memory (a copy per
         bank; on the 16x8 ULX3S device one address net to the 16 X/Q banks had 12 ns of
-        routing), and each softmax feed registers the score it selected from a block RAM's
-        word (on the 8x8 device the word crossed 53 rows to the selection). A cycle more of
-        latency per operation and per softmax block."""
-        return self.feeder_skid
+        routing), and each softmax feed takes the score words through the score memory's
+        output register (:class:`hw.bram.RegisteredMemory`; on the 8x8 device the word
+        crossed 53 rows from its block RAM to the selection) and registers the score it
+        selected. A cycle more of latency per operation, two per softmax block."""
+        return self.feeder_queue
 
     def requant_multiplier(self, platform) -> str:
         """The requantizers' multiplier on ``platform`` (:class:`hw.requant.Requantizer`):
@@ -357,9 +336,18 @@ class AttentionCore(wiring.Component):
             return times_constant(block, stride) + word
         # scores: unit u reads rows u*RU .. u*RU + RU - 1 of a block from its own memory (block
         # RAM on ECP5: on the 8x8 ULX3S device, eight of them in LUT RAM took 576 DPR16X4
-        # slices with four slots; the read goes to a register and nothing else)
-        s_mem = [mem(f"scores_{u}", data.ArrayLayout(signed(cfg.score_bits), C),
-                     slots * _pow2(RU) << cblk_bits, bram=True) for u in range(U)]
+        # slices with four slots; the read goes to a register and nothing else). With
+        # `registered_reads` that register is the block RAM's own output register
+        # (:class:`hw.bram.RegisteredMemory`; F1b of the softmax readers, below).
+        score_word = data.ArrayLayout(signed(cfg.score_bits), C)
+        s_depth = slots * _pow2(RU) << cblk_bits
+        if self.registered_reads:
+            s_mem = [RegisteredMemory(width=score_word.size, depth=s_depth, name=f"scores_{u}")
+                     for u in range(U)]
+            for u, memory in enumerate(s_mem):
+                m.submodules[f"scores_{u}"] = memory
+        else:
+            s_mem = [mem(f"scores_{u}", score_word, s_depth, bram=True) for u in range(U)]
         # P: one bank per array row, all read at the reduction counter's address (block RAM
         # on ECP5, where in LUT RAM that counter reached ~780 slices across the die)
         p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), slots << tok_bits, bram=True)
@@ -533,20 +521,41 @@ class AttentionCore(wiring.Component):
         # F0: counters -> memory addresses (issue); F1: memory data -> registers (a block RAM's
         # output, slow to leave it on ECP5, goes to a register and nothing else); F2: those
         # registers -> array beat (lane, operand and mask selection). The stages advance
-        # together.
-        # With `feeder_skid` a beat the array does not take in its cycle goes to a skid
-        # register (`skid`), which the array takes first; the stages stop while both hold a
-        # beat. `adv` then comes from two registers, not from the array's `ready` (which
-        # depends on the beat's `last` and the array's output room): on the 16x8 ULX3S device
-        # that path crossed the die four times, from `last` through the issue logic to the
-        # loop counters (21.5 ns).
+        # together (`adv`), and F0 issues only while they may (`feed_room`).
+        # With `feeder_queue` the stages never stop: a beat the array does not take in its
+        # cycle goes into a queue (`feed_q`, :func:`credit_queue`) that the array takes from
+        # first, and F0 issues while fewer than `feed_credits` beats are issued and not taken
+        # (`feed_room`, a register). The array's `ready` (from the beat's `last` and the
+        # array's output room) then reaches neither the issue logic nor an enable of the
+        # stages: on the 16x8 ULX3S device it crossed the die four times from `last` through
+        # the issue logic to the loop counters (21.5 ns), and behind a skid register, whose
+        # state stopped the stages, from the skid register through the stages' enable and the
+        # issue to the weights' source (14.9 ns).
         f1_valid, f2_valid = Signal(), Signal()
-        skid_empty = Signal()       # the skid register holds no beat
         adv = Signal()
-        if self.feeder_skid:
-            m.d.comb += adv.eq(~f2_valid | skid_empty)
+        feed_room = Signal(init=1)
+        if self.feeder_queue:
+            m.d.comb += adv.eq(1)
         else:
-            m.d.comb += adv.eq(~f2_valid | array.i_stream.ready)
+            m.d.comb += [adv.eq(~f2_valid | array.i_stream.ready), feed_room.eq(adv)]
+
+        # The weights: with `registered_reads` through a queue of LUT RAM, so that the issue
+        # logic, which takes them, moves only its read pointer and level: not the weights'
+        # source (on the 16x8 ULX3S device: the array's skid register -> the issue ->
+        # `w_stream.ready` -> the host link's weights queue, 14.9 ns), nor the enables of a
+        # buffer's data (through a two-register buffer: its spare register's, 14.9 ns too).
+        w_take = Signal()
+        if self.registered_reads:
+            w_shape = self.w_stream.payload.shape()
+            m.submodules.w_queue = w_queue = fifo.SyncFIFO(width=Shape.cast(w_shape).width,
+                                                           depth=4)
+            m.d.comb += [w_queue.w_data.eq(self.w_stream.payload),
+                         w_queue.w_en.eq(self.w_stream.valid),
+                         self.w_stream.ready.eq(w_queue.w_rdy), w_queue.r_en.eq(w_take)]
+            w_valid, w_payload = w_queue.r_rdy, data.View(w_shape, w_queue.r_data)
+        else:
+            w_valid, w_payload = self.w_stream.valid, self.w_stream.payload
+            m.d.comb += self.w_stream.ready.eq(w_take)
 
         desc_layout = data.StructLayout({
             "op": unsigned(2), "target": unsigned(2), "rb": unsigned(max(1, rblk_bits)),
@@ -656,11 +665,11 @@ class AttentionCore(wiring.Component):
             block_in = Cat(t > rb for t in x_tokens).all()
         m.d.sync += [x_ready.eq(x_in | (block_in & ~(issue & last))),
                      desc_room.eq(desc.level + pend < desc_depth - 2)]
-        m.d.comb += can_issue.eq(adv & (cur_op != 7) & (~first | desc_room)
+        m.d.comb += can_issue.eq(feed_room & (cur_op != 7) & (~first | desc_room)
                                  & ((cur_op != _PROJ) | x_ready)
-                                 & (~want_w | self.w_stream.valid))
+                                 & (~want_w | w_valid))
         m.d.comb += issue.eq(can_issue)
-        m.d.comb += self.w_stream.ready.eq(can_issue & want_w)
+        m.d.comb += w_take.eq(can_issue & want_w)
 
         def start_tile(k_word_init, reduction):
             m.d.sync += [k.eq(0), k_lane.eq(0), k_word.eq(k_word_init), first.eq(1),
@@ -838,12 +847,19 @@ class AttentionCore(wiring.Component):
             fa, fa_valid, fa_w = f1, f1_valid, f1_w
         with m.If(adv):
             m.d.sync += [fa_valid.eq(issue), f2_valid.eq(f1_valid)]
-        with m.If(issue):
+        # the beat's fields: with `feeder_queue` (stages that never stop) loaded every cycle,
+        # `fa_valid` says whether they are a beat's, so the issue drives no enable of theirs
+        load_fields, load_w = Signal(), Signal()
+        if self.feeder_queue:
+            m.d.comb += [load_fields.eq(1), load_w.eq(1)]
+        else:
+            m.d.comb += [load_fields.eq(issue), load_w.eq(issue & want_w)]
+        with m.If(load_fields):
             m.d.sync += [fa.op.eq(cur_op[:2]), fa.rows.eq(row_mask),
                          fa.first.eq(first), fa.last.eq(last), fa.wsrc.eq(want_w),
                          fa.cols.eq(col_mask)]
-            with m.If(want_w):
-                m.d.sync += fa_w.eq(self.w_stream.payload)
+        with m.If(load_w):
+            m.d.sync += fa_w.eq(w_payload)
 
         def read_address(value, name):
             # `value`, or with `registered_reads` a register of it (one per memory)
@@ -855,7 +871,7 @@ class AttentionCore(wiring.Component):
             return copy
 
         wb_w = w_mem.write_port()
-        m.d.comb += [wb_w.addr.eq(k), wb_w.data.eq(self.w_stream.payload),
+        m.d.comb += [wb_w.addr.eq(k), wb_w.data.eq(w_payload),
                      wb_w.en.eq(issue & want_w)]
         wb_r = w_mem.read_port(transparent_for=(wb_w,))
         m.d.comb += [wb_r.addr.eq(read_address(k, "w_raddr")), wb_r.en.eq(adv)]
@@ -894,14 +910,14 @@ class AttentionCore(wiring.Component):
                 xq_q + p_q + k_q, [b.r_data for b in xq_bank] + [port.data for port in p_rd]
                 + [b.r_data for b in k_bank])]
 
-        # F2: assemble the array beat; the skid register's beat goes first
+        # F2: assemble the array beat; the queue's beats go first
         beat = Signal(array.i_stream.payload.shape())
         m.d.comb += [beat.first.eq(f2.first), beat.last.eq(f2.last)]
-        if self.feeder_skid:
-            feed_valid, feed, empty = _skid_register(m, "skid", f2_valid, beat,
-                                                     array.i_stream.ready)
+        if self.feeder_queue:
+            feed_valid, feed, room = credit_queue(m, "feed_q", f2_valid, beat,
+                                                 array.i_stream.ready, issue, self.feed_credits)
             m.d.comb += [array.i_stream.valid.eq(feed_valid), array.i_stream.payload.eq(feed),
-                         skid_empty.eq(empty)]
+                         feed_room.eq(room)]
         else:
             m.d.comb += [array.i_stream.valid.eq(f2_valid), array.i_stream.payload.eq(beat)]
         for r in range(R):
@@ -976,19 +992,19 @@ class AttentionCore(wiring.Component):
         queued_results = C > 1
         res_depth = max(8, in_flight + 3)
         credit_ok = Signal(init=1)
-        # The array's result rows: with `feeder_skid` through a skid register as well, so that
+        # The array's result rows: with `feeder_queue` through a two-register buffer, so that
         # the array's `o_stream.ready` is a register: on the 8x8 ULX3S device the requantizers'
         # ready (from the writer's descriptor handshake) -> the array's output reservation
         # crossed the die (12.1 ns, 7.5 of it routing). The rows reach the requantizers from
-        # registers as well (`_register_buffer`, not `_skid_register`): through a skid
-        # register that passes a row on in its cycle, a tile's last row came from the array's
-        # output memory into the descriptor handshake (the constants' read enable, `cur`), the
-        # critical path of both the 8x8 and the 16x8 devices (11.7 and 17.1 ns).
+        # registers as well: through a skid register that passes a row on in its cycle, a
+        # tile's last row came from the array's output memory into the descriptor handshake
+        # (the constants' read enable, `cur`), the critical path of both the 8x8 and the 16x8
+        # devices (11.7 and 17.1 ns).
         result = Signal(array.o_stream.payload.shape())
         result_valid, take_result = Signal(), Signal()
         m.d.comb += take_result.eq(rq.i_stream.ready & rows_q.w_rdy)
-        if self.feeder_skid:
-            held_valid, held, empty = _register_buffer(m, "o_skid", array.o_stream.valid,
+        if self.feeder_queue:
+            held_valid, held, empty = register_buffer(m, "o_skid", array.o_stream.valid,
                                                        array.o_stream.payload, take_result)
             m.d.comb += [array.o_stream.ready.eq(empty), result_valid.eq(held_valid),
                          result.eq(held)]
@@ -1119,13 +1135,26 @@ class AttentionCore(wiring.Component):
                      port.data.eq(lanes_of(cfg.qkv_bits)),
                      port.en.eq(Mux(wr & (ctrl.op == _PROJ) & (ctrl.target == 2),
                                     ctrl.cols, 0))]
+        # With `registered_reads` the score writes reach the block RAMs from registers (on
+        # the 8x8 ULX3S device the writer's retire -> a score block RAM's write enable crossed
+        # the die, 11.5 ns). A block's last word then lands the cycle after `s_drained`
+        # counts it: a unit starts the block the cycle after that at the earliest and reads
+        # its first word a cycle later still.
+        s_written = Signal()
+        m.d.comb += s_written.eq(retire & (ctrl.op == _S) & ctrl.op_end)
+        s_domain = m.d.sync if self.registered_reads else m.d.comb
         for u in range(U):
-            s_wr = s_mem[u].write_port()
-            m.d.comb += [s_wr.addr.eq(Cat(ctrl.blk[:cblk_bits], ctrl.row[:lru], ctrl.slot)),
-                         s_wr.data.eq(lanes_of(cfg.score_bits)),
-                         s_wr.en.eq(retire & (ctrl.op == _S)
+            if self.registered_reads:
+                s_wr = s_mem[u]
+                s_wr_addr, s_wr_data, s_wr_en = s_wr.w_addr, s_wr.w_data, s_wr.w_en
+            else:
+                s_wr = s_mem[u].write_port()
+                s_wr_addr, s_wr_data, s_wr_en = s_wr.addr, s_wr.data, s_wr.en
+            s_domain += [s_wr_addr.eq(Cat(ctrl.blk[:cblk_bits], ctrl.row[:lru], ctrl.slot)),
+                         s_wr_data.eq(lanes_of(cfg.score_bits)),
+                         s_wr_en.eq(retire & (ctrl.op == _S)
                                     & ((ctrl.row[lru:lr] == u) if U > 1 else 1))]
-        with m.If(retire & (ctrl.op == _S) & ctrl.op_end):
+        with m.If(s_written):
             m.d.sync += s_drained.eq(s_drained + 1)
 
         # ---- softmax: score rows in, probability rows out -------------------------------
@@ -1158,23 +1187,31 @@ class AttentionCore(wiring.Component):
             j, row = Signal(range(lmax + 1), name=f"sm_j_{u}"), Signal(range(RU),
                                                                     name=f"sm_row_{u}")
             # F1: read issued, the word next cycle, into a register (as the feeder's, a block
-            # RAM's output goes to a register and nothing else); F2: its lane to the unit
-            # (with `registered_reads`: to a register, F3, and from there to the unit)
+            # RAM's output goes to a register and nothing else); F2: its lane to the unit.
+            # With `registered_reads` a register more before F2 (F1b), the lane to a register
+            # (F3), and the stages never stop: as the array's feeder they hand the unit its
+            # beats through a queue and issue against its credits (`sm_room`), so that the
+            # unit's `ready` reaches neither the stages' enables nor the issue.
             f1 = Signal(name=f"sm_f1_{u}")
             f2 = Signal(name=f"sm_f2_{u}")
             info = Signal(data.StructLayout({"lane": unsigned(max(1, lc)), "mask": 1,
                                              "last": 1}), name=f"sm_info_{u}")
             info2 = Signal.like(info, name=f"sm_info2_{u}")
-            sm_adv = Signal(name=f"sm_adv_{u}")
+            sm_adv, sm_room = Signal(name=f"sm_adv_{u}"), Signal(name=f"sm_room_{u}")
             f_out = f2
             if self.registered_reads:
                 f_out = Signal(name=f"sm_f3_{u}")
-            m.d.comb += sm_adv.eq(~f_out | softmax.i_stream.ready)
+                m.d.comb += sm_adv.eq(1)
+            else:
+                m.d.comb += [sm_adv.eq(~f_out | softmax.i_stream.ready), sm_room.eq(sm_adv)]
             issue_sm = Signal(name=f"sm_issue_{u}")
-            m.d.comb += issue_sm.eq(sm_adv & busy[u])
-            s_rd = s_mem[u].read_port()
-            m.d.comb += [s_rd.addr.eq(Cat(j[lc:][:cblk_bits], row, blk_slot)),
-                         s_rd.en.eq(sm_adv)]
+            m.d.comb += issue_sm.eq(sm_room & busy[u])
+            s_addr = Cat(j[lc:][:cblk_bits], row, blk_slot)
+            if self.registered_reads:
+                m.d.comb += [s_mem[u].r_addr.eq(s_addr), s_mem[u].r_en.eq(1)]
+            else:
+                s_rd = s_mem[u].read_port()
+                m.d.comb += [s_rd.addr.eq(s_addr), s_rd.en.eq(sm_adv)]
             query = Signal(range(lmax + R), name=f"sm_query_{u}")
             m.d.comb += query.eq((blk_rb << lr) | (u * RU) | row)
             masked = Signal(name=f"sm_masked_{u}")
@@ -1183,9 +1220,20 @@ class AttentionCore(wiring.Component):
                 m.d.sync += [busy[u].eq(0), j.eq(0), row.eq(0)]
             with m.Elif(block_start):
                 m.d.sync += busy[u].eq(1)
-            s_q = Signal.like(s_rd.data, name=f"sm_word_{u}", reset_less=True)
+            s_q = Signal(score_word, name=f"sm_word_{u}", reset_less=True)
+            # with `registered_reads` the word passes one more register on its way, F1b: the
+            # block RAM's output register (on the 8x8 ULX3S device nextpnr put `sm_word` beside
+            # the unit, 53 rows from its block RAM, whose data leave 5.8 ns after the clock
+            # without it; 59 rows for a register in the fabric between them)
+            if self.registered_reads:
+                f1b, info_b = Signal(name=f"sm_f1b_{u}"), Signal.like(info, name=f"sm_info_b_{u}")
+                m.d.sync += [f1b.eq(f1), info_b.eq(info)]
+                word_in, valid_in, info_in = data.View(score_word, s_mem[u].r_data), f1b, info_b
+            else:
+                word_in, valid_in, info_in = s_rd.data, f1, info
             with m.If(sm_adv):
-                m.d.sync += [f1.eq(issue_sm), f2.eq(f1), info2.eq(info), s_q.eq(s_rd.data)]
+                m.d.sync += [f1.eq(issue_sm), f2.eq(valid_in), info2.eq(info_in),
+                             s_q.eq(word_in)]
             with m.If(issue_sm):
                 m.d.sync += [info.lane.eq(j[:lc] if lc else 0), info.mask.eq(masked),
                              info.last.eq(j + 1 == sm_len)]
@@ -1202,10 +1250,14 @@ class AttentionCore(wiring.Component):
                 m.d.comb += feed.mask.eq(info2.mask)
             if self.registered_reads:
                 feed3 = Signal.like(feed, name=f"sm_feed3_{u}", reset_less=True)
-                with m.If(sm_adv):
-                    m.d.sync += [f_out.eq(f2), feed3.eq(feed)]
-                feed = feed3
-            m.d.comb += [softmax.i_stream.valid.eq(f_out), sm_in.eq(feed)]
+                m.d.sync += [f_out.eq(f2), feed3.eq(feed)]
+                sm_valid, sm_beat, room = credit_queue(m, f"sm_q_{u}", f_out, feed3,
+                                                      softmax.i_stream.ready, issue_sm,
+                                                      self.softmax_credits)
+                m.d.comb += [softmax.i_stream.valid.eq(sm_valid), sm_in.eq(sm_beat),
+                             sm_room.eq(room)]
+            else:
+                m.d.comb += [softmax.i_stream.valid.eq(f_out), sm_in.eq(feed)]
             beats.append(softmax.i_stream.valid & softmax.i_stream.ready)
 
             # probabilities -> the P banks of this unit's rows, in the slot of its block
@@ -1248,7 +1300,7 @@ class AttentionCore(wiring.Component):
             with m.If((phase_proj | phase_att | phase_out) & ~array.i_stream.valid):
                 m.d.sync += counters[2].eq(counters[2] + 1)
             m.d.sync += counters[3].eq(counters[3] + sm_beats)
-            with m.If(want_w & ~self.w_stream.valid & adv):
+            with m.If(want_w & ~w_valid & feed_room):
                 m.d.sync += counters[4].eq(counters[4] + 1)
             with m.If(self.o_stream.valid & ~self.o_stream.ready):
                 m.d.sync += counters[5].eq(counters[5] + 1)

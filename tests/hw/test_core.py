@@ -335,12 +335,12 @@ def test_core_probabilities_probe(units):
 ])
 def test_core_with_registered_dsps(overrides, shape):
     """The ECP5 registered-DSP latency (behavioural model) through the whole core, with the
-    skid registers before the array (L = 1 makes every P.V beat a tile's last, which the
-    array holds back: a beat the skid register must keep) and after it (output stalls hold
-    the requantizers: a result row the skid register must keep), and the registered reads
-    (:attr:`AttentionCore.registered_reads`): eight rows of two keys for one softmax unit
-    keep it from taking every score (it held back half of them), so a score waits in the
-    feed's last register while a gap follows it."""
+    feeder's queue before the array (L = 1 makes every P.V beat a tile's last, which the
+    array holds back: beats the queue must keep while the stages go on) and the buffer after
+    it (output stalls hold the requantizers: a result row the buffer must keep), and the
+    registered reads (:attr:`AttentionCore.registered_reads`): eight rows of two keys for one
+    softmax unit keep it from taking every score (it held back half of them), so scores wait
+    in its reader's queue while the reader's stages go on."""
     cfg = preset("tiny").replace(dsp="ecp5_registered", **overrides)
     assert AttentionCore(cfg).registered_reads
     qm, xi, expected = layer(cfg, *shape, seed=5, causal=True)
