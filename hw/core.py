@@ -255,7 +255,12 @@ class AttentionCore(wiring.Component):
             # run at full speed with 2 (shorter ones at 0.2-0.8 of it, where a run is short
             # anyway); each entry of the 4 a lone softmax needs for rows of 3 costs about
             # 30 flip-flops.
-            softmaxes.append(Softmax(cfg=cfg, queue_depth=2))
+            # With `registered_reads` the unit's score buffer reads through the block RAM's
+            # output register and its ingest counts a cycle late (on the 8x8 ULX3S device its
+            # counters' loop ran through this core's queue in front of it, 33 columns away).
+            softmaxes.append(Softmax(cfg=cfg, queue_depth=2,
+                                     registered_reads=self.registered_reads,
+                                     counted_late=self.registered_reads))
             m.submodules[f"softmax_{u}"] = softmaxes[u]
         #: The softmax units of the latest elaboration (simulation probes read their outputs).
         self.softmax_modules = softmaxes
@@ -506,16 +511,18 @@ class AttentionCore(wiring.Component):
                      hwp.data.mult.eq(self.p_stream.payload.mult[0]),
                      hwp.data.shift.eq(self.p_stream.payload.shift[0]),
                      hwp.en.eq(load_p & self.p_stream.valid & (lp_stage == 2))]
+        # The payload is not gated (`valid` is, through `x_take`): on the 16x8 ULX3S device
+        # gating it with `load_x` put the phase register in front of every bank's queue
+        # storage, across the die.
         xq_wr = [bank.w_stream for bank in xq_bank]
         for r in range(R):
-            with m.If(load_x):
-                # the tag marks a token's last word: `x_tokens` counts them as they land
-                m.d.comb += [xq_wr[r].valid.eq(x_take & (x_bank == r)),
-                             xq_wr[r].payload.word.eq(at(lx_tok >> lr, lx_w)),
-                             xq_wr[r].payload.mask.eq((1 << C) - 1),
-                             xq_wr[r].payload.tag.eq(lx_w + 1 == wpd)]
-                for c in range(C):
-                    m.d.comb += xq_wr[r].payload.data[c].eq(self.x_stream.payload[c])
+            # the tag marks a token's last word: `x_tokens` counts them as they land
+            m.d.comb += [xq_wr[r].valid.eq(x_take & (x_bank == r)),
+                         xq_wr[r].payload.word.eq(at(lx_tok >> lr, lx_w)),
+                         xq_wr[r].payload.mask.eq((1 << C) - 1),
+                         xq_wr[r].payload.tag.eq(lx_w + 1 == wpd)]
+            for c in range(C):
+                m.d.comb += xq_wr[r].payload.data[c].eq(self.x_stream.payload[c])
 
         # ---- feeder: array operations --------------------------------------------------
         # F0: counters -> memory addresses (issue); F1: memory data -> registers (a block RAM's

@@ -26,6 +26,7 @@ from amaranth.lib.wiring import In, Out
 from attn.config import AttnConfig
 from golden.softmax import exp_table
 
+from .bram import RegisteredMemory
 from .divider import Divider
 
 __all__ = ["Softmax", "softmax_input_layout", "softmax_output_layout"]
@@ -80,6 +81,17 @@ class Softmax(wiring.Component):
     queue_depth : int
         Entries of each of the two row queues (length and maximum; length and sum), 1..64
         (default 4). Only rows shorter than 3 elements need more to run at full speed.
+    registered_reads : bool
+        The score buffer is a :class:`hw.bram.RegisteredMemory`, whose output register (the
+        block RAM's own on ECP5) is the register the scores are read into: the same cycles,
+        without a block RAM's long clock-to-output time in front of the fabric (default
+        ``False``: a memory and a register in the fabric).
+    counted_late : bool
+        The score buffer and the maxima queue count a taken element from the register it
+        lands in, a cycle after it was taken, and keep one entry in reserve for it: the
+        producer's ``valid`` then reaches a flip-flop (and no counter's carry chain) in the
+        cycle it is taken. Needs a ``buffer_depth`` above ``cfg.max_seq_len`` (a whole row
+        and the reserve) and a ``queue_depth`` of at least 2 (default ``False``).
 
     Members
     -------
@@ -92,6 +104,8 @@ class Softmax(wiring.Component):
     ----------
     buffer_depth, queue_depth : int
         The depths in use.
+    registered_reads, counted_late : bool
+        As given.
     table : numpy.ndarray
         The exponent table (``golden.softmax.exp_table(cfg)``), stored in a ROM.
 
@@ -115,7 +129,8 @@ class Softmax(wiring.Component):
     """
 
     def __init__(self, *, cfg: AttnConfig, buffer_depth: int | None = None,
-                 queue_depth: int = 4):
+                 queue_depth: int = 4, registered_reads: bool = False,
+                 counted_late: bool = False):
         if not isinstance(cfg, AttnConfig):
             raise TypeError(f"cfg must be an AttnConfig, not {cfg!r}")
         if buffer_depth is None:
@@ -129,9 +144,19 @@ class Softmax(wiring.Component):
             raise TypeError(f"queue_depth must be an int, not {queue_depth!r}")
         if not 1 <= queue_depth <= 64:
             raise ValueError(f"queue_depth must be between 1 and 64, not {queue_depth!r}")
+        for what, value in (("registered_reads", registered_reads),
+                            ("counted_late", counted_late)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{what} must be a bool, not {value!r}")
+        if counted_late and (buffer_depth <= cfg.max_seq_len or queue_depth < 2):
+            raise ValueError(f"counted_late needs a buffer_depth above max_seq_len "
+                             f"({cfg.max_seq_len}) and a queue_depth of at least 2, not "
+                             f"{buffer_depth} and {queue_depth}")
         self.cfg = cfg
         self.buffer_depth = buffer_depth
         self.queue_depth = queue_depth
+        self.registered_reads = registered_reads
+        self.counted_late = counted_late
         self.table = exp_table(cfg)
         super().__init__({
             "i_stream": In(stream.Signature(softmax_input_layout(cfg))),
@@ -147,7 +172,12 @@ class Softmax(wiring.Component):
         ptr_bits = (depth - 1).bit_length()     # ring pointers wrap by overflow
         entry_bits = sb + int(cfg.masks)
 
-        m.submodules.scores = scores = Memory(shape=unsigned(entry_bits), depth=depth, init=[])
+        if self.registered_reads:
+            m.submodules.scores = scores = RegisteredMemory(width=entry_bits, depth=depth,
+                                                            name="scores")
+        else:
+            m.submodules.scores = scores = Memory(shape=unsigned(entry_bits), depth=depth,
+                                                  init=[])
         m.submodules.exps = exps = Memory(shape=unsigned(eb), depth=depth, init=[])
         m.submodules.table = table = Memory(shape=unsigned(eb), depth=cfg.lut_size,
                                             init=[int(v) for v in self.table])
@@ -196,9 +226,14 @@ class Softmax(wiring.Component):
         in_len = Signal(lb)
         in_max = Signal(sb, reset_less=True)  # offset-binary key of the row maximum
         in_push = Signal()
-        score_w = scores.write_port()
+        if self.registered_reads:
+            m.d.comb += [scores.w_addr.eq(in_ptr), scores.w_data.eq(r_entry),
+                         scores.w_en.eq(r_valid)]
+        else:
+            score_w = scores.write_port()
+            m.d.comb += [score_w.addr.eq(in_ptr), score_w.data.eq(r_entry),
+                         score_w.en.eq(r_valid)]
         m.d.comb += [
-            score_w.addr.eq(in_ptr), score_w.data.eq(r_entry), score_w.en.eq(r_valid),
             maxima.w_data.eq(Cat(in_len, in_max ^ (1 << (sb - 1)))),
             maxima.w_en.eq(in_push),
         ]
@@ -237,22 +272,26 @@ class Softmax(wiring.Component):
         with m.If(ex_issue):
             m.d.sync += ex_ptr.eq(ex_ptr + 1)
 
-        score_r = scores.read_port(transparent_for=())
-        m.d.comb += score_r.addr.eq(ex_ptr)
-
         # e1: score read; e2: score registered; e3: difference; e4: table read; e5: table
         # word registered; e6: exponent, summed. Block RAM outputs go straight into registers
-        # (their clock-to-output time is long). Never stalls: issue waits for room in the
-        # exponent buffer and the sum queue instead.
+        # (their clock-to-output time is long); with `registered_reads` the e2 register is the
+        # memory's output register. Never stalls: issue waits for room in the exponent buffer
+        # and the sum queue instead, and the score buffer is read every cycle.
+        e2_entry = Signal(entry_bits, reset_less=True)
+        if self.registered_reads:
+            m.d.comb += [scores.r_addr.eq(ex_ptr), scores.r_en.eq(1),
+                         e2_entry.eq(scores.r_data)]
+        else:
+            score_r = scores.read_port(transparent_for=())
+            m.d.comb += score_r.addr.eq(ex_ptr)
+            m.d.sync += e2_entry.eq(score_r.data)
         e1_valid, e1_last = Signal(), Signal()
         e1_max = Signal(signed(sb), reset_less=True)
         m.d.sync += [e1_valid.eq(ex_issue), e1_last.eq(ex_last), e1_max.eq(ex_max)]
 
         e2_valid, e2_last = Signal(), Signal()
         e2_max = Signal(signed(sb), reset_less=True)
-        e2_entry = Signal(entry_bits, reset_less=True)
-        m.d.sync += [e2_valid.eq(e1_valid), e2_last.eq(e1_last), e2_max.eq(e1_max),
-                     e2_entry.eq(score_r.data)]
+        m.d.sync += [e2_valid.eq(e1_valid), e2_last.eq(e1_last), e2_max.eq(e1_max)]
 
         e3_valid, e3_last = Signal(), Signal()
         e3_masked = Signal(reset_less=True)
@@ -388,11 +427,17 @@ class Softmax(wiring.Component):
         ]
 
         # -- occupancy counters --------------------------------------------------------------
-        for name, room, size, inc, dec in (
-                ("scores_used", scores_room, depth, in_take, ex_issue),
-                ("exps_used", exps_room, depth, ex_issue, nm_issue),
-                ("sums_reserved", sums_room, qd, ex_issue & ex_last, nm_load),
-                ("maxima_reserved", maxima_room, qd, in_take & ip.last, ex_load)):
+        # With `counted_late` the ingest's two counts take an element from `r_valid` (the
+        # cycle after `in_take`) and keep one entry for the element that may be taken
+        # meanwhile.
+        late = self.counted_late
+        for name, room, size, inc, dec, reserve in (
+                ("scores_used", scores_room, depth, r_valid if late else in_take, ex_issue,
+                 late),
+                ("exps_used", exps_room, depth, ex_issue, nm_issue, 0),
+                ("sums_reserved", sums_room, qd, ex_issue & ex_last, nm_load, 0),
+                ("maxima_reserved", maxima_room, qd,
+                 r_valid & r_last if late else in_take & ip.last, ex_load, late)):
             count = Signal(range(size + 1), name=name)
             count_next = Signal(range(size + 1), name=f"{name}_next")
             # Frees count one cycle late (from a register): conservative, and it keeps the
@@ -400,5 +445,6 @@ class Softmax(wiring.Component):
             freed = Signal(name=f"{name}_freed")
             m.d.sync += freed.eq(dec)
             m.d.comb += count_next.eq(count + inc - freed)
-            m.d.sync += [count.eq(count_next), room.eq(count_next != size)]
+            m.d.sync += [count.eq(count_next),
+                         room.eq(count_next < size - 1 if reserve else count_next != size)]
         return m

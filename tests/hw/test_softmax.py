@@ -3,6 +3,8 @@
 
 import numpy as np
 import pytest
+from amaranth import Module, Signal
+from amaranth.sim import Simulator
 
 import attn
 from golden.softmax import softmax_int
@@ -161,6 +163,63 @@ def test_length_one_rows():
     run_softmax(cfg, rows, name="softmax_length_one")
 
 
+@pytest.mark.parametrize("name", ["tiny", "wide"])
+def test_registered_reads_same_cycles(name):
+    """``registered_reads`` (the score buffer a :class:`hw.bram.RegisteredMemory`) changes no
+    cycle: fed the same beats under the same random stalls, both units take and give the same
+    beats in the same cycles, and the registered one's rows equal golden's."""
+    cfg = CONFIGS[name]
+    rows = make_rows(cfg, seed=23, count=30)
+    payloads = input_payloads(cfg, rows)
+    m = Module()
+    m.submodules.plain = plain = Softmax(cfg=cfg)
+    m.submodules.registered = registered = Softmax(cfg=cfg, registered_reads=True)
+    valid, payload, ready = Signal(), Signal(len(plain.i_stream.payload.as_value())), Signal()
+    for unit in (plain, registered):
+        m.d.comb += [unit.i_stream.valid.eq(valid), unit.i_stream.payload.eq(payload),
+                     unit.o_stream.ready.eq(ready)]
+    rng = np.random.default_rng(29)
+    got = []
+
+    async def bench(ctx):
+        pos = cycle = 0
+        while len(got) < len(payloads):
+            cycle += 1
+            assert cycle < 20 * len(payloads), "no progress"
+            ctx.set(valid, pos < len(payloads) and rng.random() < 0.7)
+            ctx.set(payload, payloads[min(pos, len(payloads) - 1)])
+            ctx.set(ready, rng.random() < 0.7)
+            a = [ctx.get(x) for x in (plain.i_stream.ready, plain.o_stream.valid,
+                                      plain.o_stream.payload.as_value())]
+            b = [ctx.get(x) for x in (registered.i_stream.ready, registered.o_stream.valid,
+                                      registered.o_stream.payload.as_value())]
+            assert a == b, f"cycle {cycle}: plain {a}, registered {b}"
+            if ctx.get(valid) and a[0]:
+                pos += 1
+            if a[1] and ctx.get(ready):
+                got.append(b[2])
+            await ctx.tick()
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    check_output(cfg, rows, got)
+
+
+@pytest.mark.parametrize("name,stall_in,stall_out,params", [
+    ("tiny", 0.0, 0.0, {}), ("tiny", 0.5, 0.5, {}), ("wide", 0.1, 0.9, {}),
+    ("narrow", 0.9, 0.1, {}),
+    ("tiny", 0.2, 0.6, {"buffer_depth": 16, "queue_depth": 2})])
+def test_counted_late(name, stall_in, stall_out, params):
+    """``counted_late`` (the ingest's counts a cycle late, one entry in reserve): exact under
+    stalls, with the smallest buffers it allows too (full buffers, nothing overwritten)."""
+    cfg = CONFIGS[name]
+    run_softmax(cfg, make_rows(cfg, seed=31, count=30), stall_in=stall_in,
+                stall_out=stall_out, seed=37, name=f"softmax_late_{name}",
+                counted_late=True, registered_reads=True, **params)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.parametrize("stall_in,stall_out", [(0, 0), (0.5, 0.5), (0.9, 0.1), (0.1, 0.9)])
@@ -185,6 +244,14 @@ def test_bit_exact_sweep(name, stall_in, stall_out):
     ({"cfg": TINY, "queue_depth": 65}, ValueError,
      "queue_depth must be between 1 and 64, not 65"),
     ({"cfg": TINY, "queue_depth": True}, TypeError, "queue_depth must be an int, not True"),
+    ({"cfg": TINY, "registered_reads": 1}, TypeError, "registered_reads must be a bool, not 1"),
+    ({"cfg": TINY, "counted_late": None}, TypeError, "counted_late must be a bool, not None"),
+    ({"cfg": TINY, "counted_late": True, "queue_depth": 1}, ValueError,
+     "counted_late needs a buffer_depth above max_seq_len (8) and a queue_depth of at least 2, "
+     "not 32 and 1"),
+    ({"cfg": TINY, "counted_late": True, "buffer_depth": 8}, ValueError,
+     "counted_late needs a buffer_depth above max_seq_len (8) and a queue_depth of at least 2, "
+     "not 8 and 4"),
 ])
 def test_invalid_parameters(kwargs, error, message):
     with pytest.raises(error) as info:
