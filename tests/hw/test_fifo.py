@@ -80,7 +80,7 @@ def test_credit_queue_rejects_bad_credits():
 @pytest.mark.parametrize("stages, credits, take_rate, seed", [
     (3, 5, 1.0, 0), (3, 5, 0.6, 1), (3, 5, 0.1, 2), (1, 3, 0.7, 3), (3, 8, 0.5, 4),
 ])
-def testcredit_queue(stages, credits, take_rate, seed):
+def test_credit_queue(stages, credits, take_rate, seed):
     """:func:`hw.fifo.credit_queue` behind a pipeline that never stops and issues against the
     queue's credits, as the feeder does: every beat reaches the consumer once and in order
     while the consumer takes at random, and a consumer that takes every cycle (after a stall
