@@ -145,14 +145,19 @@ class DeviceMap:
 class RegionReader(wiring.Component):
     """Streams a region out from word 0, one beat of ``words_per_beat`` words per beat.
 
-    ``latency`` (1 or 2) is the memory's, cycles from ``r_addr`` to ``r_data``
-    (:meth:`~hw.hostlink.HostLink.read_latency`). ``registered`` (0, 1 or 2; ``True`` is 1, the
-    default) is how many registers every word read from the memory goes through first
-    (``latency + registered`` cycles from address to data), so the memory's slow output (about
-    6 ns on an ECP5 DP16KD without its own output register) drives one short wire, not the way
-    across the die to the core; with 2 the second register can sit by the core and the first
-    by the memory. With 0 the memory's output goes straight into the beat (for the iCE40, which
-    has no cells to spare, or behind a memory with an output register).
+    ``latency`` (1, 2 or 3) is the memory's, cycles from ``r_addr`` to ``r_data``
+    (:meth:`~hw.hostlink.HostLink.read_latency`). With ``read_always`` the memory's ``r_en`` is
+    held high and the words read but not asked for are ignored: nothing of the reader's flow
+    control reaches the memory (the ECP5 regions' read enables are copied to every block RAM;
+    the 8x8 ULX3S device's slowest path at 9b426f6 ran from the queue's level to them).
+
+    ``registered`` (0, 1 or 2; ``True`` is 1, the default) is how many registers every word
+    read from the memory goes through first (``latency + registered`` cycles from address to
+    data), so the memory's slow output (about 6 ns on an ECP5 DP16KD without its own output
+    register) drives one short wire, not the way across the die to the core; with 2 the second
+    register can sit by the core and the first by the memory. With 0 the memory's output goes
+    straight into the beat (for the iCE40, which has no cells to spare, or behind a memory with
+    an output register).
 
     With ``queued`` (the default), one beat per ``words_per_beat`` cycles while the consumer is
     ready: behind a queue (8 beats with any register, 4 without) for 1 or 2 words per beat, one
@@ -163,13 +168,13 @@ class RegionReader(wiring.Component):
     """
 
     def __init__(self, spec: StreamRegion, *, queued: bool = True, registered: int = 1,
-                 latency: int = 1):
+                 latency: int = 1, read_always: bool = False):
         if registered not in (0, 1, 2):
             raise ValueError(f"registered must be 0, 1 or 2 registers, not {registered!r}")
-        if latency not in (1, 2):
-            raise ValueError(f"latency must be 1 or 2 cycles, not {latency!r}")
+        if latency not in (1, 2, 3):
+            raise ValueError(f"latency must be 1, 2 or 3 cycles, not {latency!r}")
         self.spec, self.queued, self.registered = spec, queued, int(registered)
-        self.latency = latency
+        self.latency, self.read_always = latency, bool(read_always)
         super().__init__({
             "mem": Out(region_signature(spec.region, "r")),
             "o_stream": Out(stream.Signature(spec.beat_bits)),
@@ -208,7 +213,7 @@ class RegionReader(wiring.Component):
         m.d.comb += [
             more.eq((addr < region.depth) & ~self.restart),
             self.mem.r_addr.eq(addr[:len(self.mem.r_addr)]),
-            self.mem.r_en.eq(issue),
+            self.mem.r_en.eq(1 if self.read_always else issue),
         ]
         if self.queued and k < 3:
             # A beat every cycle or every other one: a queue that the words in flight (in the
@@ -377,17 +382,20 @@ class AttentionDevice(wiring.Component):
         readers = {}
         latency = link.read_latency(platform)
         for name in ("params", "x", "w"):
-            # Every word read goes through `latency - 1 + registered` registers: one for the
-            # weights and the layer input, two for the constants (they go into the core's memory
-            # once per run: no queue for them). On ECP5 the first is the block RAM's output
-            # register (:class:`hw.bram.RegisteredMemory`; without it the params region's
-            # DP16KD, 55 rows from its register, was the 8x8 ULX3S device's critical path, and a
-            # second register in the fabric did not help). On an iCE40 the memory's output is
-            # fast enough and the cells are scarce: none.
+            # Every word read goes through `registers` registers: one for the weights and the
+            # layer input, two for the constants (they go into the core's memory once per run:
+            # no queue for them). On ECP5 the first is the block RAM's output register
+            # (:class:`hw.bram.RegisteredMemory`; without it the params region's DP16KD, 55 rows
+            # from its register, was the 8x8 ULX3S device's critical path, and a second
+            # register in the fabric did not help); there the memory's read enable is held high
+            # (`read_always`), as its copies at every block would otherwise hang off the
+            # reader's flow control. On an iCE40 the memory's output is fast enough and the
+            # cells are scarce: none.
             registers = 0 if is_ice40(platform) else 2 if name == "params" else 1
+            in_memory = 1 if latency > 1 else 0
             readers[name] = in_core(RegionReader(
                 self.map.streams[name], queued=name != "params", latency=latency,
-                registered=max(0, registers - (latency - 1))))
+                registered=max(0, registers - in_memory), read_always=latency > 1))
             m.submodules[f"read_{name}"] = readers[name]
             wiring.connect(m, readers[name].mem, link.region_port(name))
         m.submodules.write_y = writer = in_core(RegionWriter(

@@ -56,7 +56,7 @@ from .bram import RegisteredMemory
 from .crc import crc16_next
 from .dsp import times_constant
 from .spram import SinglePortMemory, ecp5_slice_width, spram_blocks, spram_plan
-from .target import is_ecp5
+from .target import KEEP_COPY, is_ecp5
 from .uart import rx_layout
 
 __all__ = ["HostLink", "region_signature", "connect_uart", "host_ports", "connect_host"]
@@ -149,13 +149,20 @@ class HostLink(wiring.Component):
         in front of the memory.
     region_registers : bool or None
         Whether every region's read data comes through a register of its own, for the link and
-        the core (:meth:`read_latency` 2 instead of 1; a reply takes a word three cycles after
-        reading it instead of two), so that nothing follows a block RAM's output in its cycle.
-        The register is the block RAM's own on ECP5 (:class:`hw.bram.RegisteredMemory`), one in
-        the fabric for a region in SPRAM; the frame buffer has one as well (a WRITE takes four
-        cycles per byte instead of three). ``None`` (the default): on ECP5, whose block RAMs
-        take 5.8 ns to present their output without it, not on iCE40, where the flip-flops
-        would cost logic cells the iCEBreaker does not have. Replies are the same.
+        the core, and every region's addresses, enables and write data go through a register
+        before its memory (:meth:`read_latency` 3 instead of 1; a reply takes a word four cycles
+        after reading it instead of two; a write lands a cycle later), so that nothing follows a
+        block RAM's output in its cycle and no signal fans out to a region's blocks in the
+        cycle they take it. The registers are the block RAM's own output register and a copy of
+        the input registers at each block on ECP5 (:class:`hw.bram.RegisteredMemory` with
+        ``input_registers``; a region the core only reads is a true dual port there, the link on
+        port A, the core on port B, with no multiplexer in front of either address, and each
+        region takes the link's address from a register of its own), registers in the fabric
+        for a region in SPRAM; the frame buffer has an output register as well (a WRITE takes
+        four cycles per byte instead of three).
+        ``None`` (the default): on ECP5, whose block RAMs take 5.8 ns to present their output
+        without it, not on iCE40, where the flip-flops would cost logic cells the iCEBreaker
+        does not have. Replies are the same.
 
     Members
     -------
@@ -262,10 +269,10 @@ class HostLink(wiring.Component):
 
     def read_latency(self, platform) -> int:
         """Cycles from a region port's ``r_addr`` to its ``r_data`` when elaborated for
-        ``platform``: 2 with region registers (see ``region_registers``), else 1."""
+        ``platform``: 3 with region registers (see ``region_registers``), else 1."""
         registered = (is_ecp5(platform) if self.region_registers is None
                       else self.region_registers)
-        return 2 if registered else 1
+        return 3 if registered else 1
 
     def region_port(self, name: str):
         """The core's ports of region ``name`` (an interface of :func:`region_signature`)."""
@@ -279,11 +286,15 @@ class HostLink(wiring.Component):
         # -- storage -----------------------------------------------------------------------
         # With `registered`, every region's read data comes through a register of its own
         # (the DP16KD's output register on ECP5, :class:`hw.bram.RegisteredMemory`), for the
-        # link and the core alike: two cycles from address to data, and no block RAM output
-        # drives more than a wire in its cycle. The frame buffer too (a WRITE then takes four
-        # cycles per byte instead of three): on the 8x8 ULX3S device its DP16KD's 5.8 ns into
-        # the word register were the critical path once the regions had their registers.
-        registered = self.read_latency(platform) == 2
+        # link and the core alike, and its inputs through registers of their own (a copy at each
+        # DP16KD: on the 16x8 ULX3S device the link's address fanned out to the weights
+        # region's 16 blocks across 50 columns, its slowest path at 9b426f6, 14.9 ns): three
+        # cycles from address to data, no block RAM output drives more than a wire in its
+        # cycle, and no signal more than one block's input. The frame buffer has the output
+        # register too (a WRITE then takes four cycles per byte instead of three): on the 8x8
+        # ULX3S device its DP16KD's 5.8 ns into the word register were the critical path once
+        # the regions had their registers.
+        registered = self.read_latency(platform) == 3
         fb_w_addr = Signal(range(self.max_payload))
         fb_w_data = Signal(8)
         fb_w_en = Signal()
@@ -350,22 +361,37 @@ class HostLink(wiring.Component):
             # top ``word_bytes`` bytes.
             link_data = word[word_bits - 8 * region.word_bytes:][:region.width]
             link_addr = ptr[:abits]
+            if registered:
+                # a copy of the link's address at each region (`ptr` settles two cycles before
+                # a read or a write uses it, see P_LOAD)
+                link_addr = Signal(abits, name=f"link_addr_{region.name}", reset_less=True,
+                                   attrs={KEEP_COPY: 1})
+                m.d.sync += link_addr.eq(ptr[:abits])
             # The memory's ports: the core's while it owns them (`port_sel`), else the link's.
             core_r, core_w = "r" in access, "w" in access
+            in_spram = region.name in self.spram_regions
+            # A region the core only reads, in DP16KD blocks: the link writes and reads it on
+            # port A, the core reads it on port B, no multiplexer in front of either address.
+            a_reads = registered and not in_spram and core_r and not core_w
             w_addr = Mux(port_sel, core.w_addr, link_addr) if core_w else link_addr
             w_data = Mux(port_sel, core.w_data, link_data) if core_w else link_data
             w_en = Mux(port_sel, core.w_en, mine) if core_w else mine & ~port_sel
-            r_addr = Mux(port_sel, core.r_addr, link_addr) if core_r else link_addr
-            r_en = Mux(port_sel, core.r_en, 1) if core_r else ~port_sel
-            in_spram = region.name in self.spram_regions
+            r_addr = (core.r_addr if a_reads else Mux(port_sel, core.r_addr, link_addr)
+                      if core_r else link_addr)
+            r_en = (core.r_en if a_reads else Mux(port_sel, core.r_en, 1) if core_r
+                    else ~port_sel)
             if registered and not in_spram:
                 mem = RegisteredMemory(width=region.width, depth=region.depth,
-                                       name=f"region_{region.name}")
+                                       name=f"region_{region.name}", input_registers=True,
+                                       a_reads=a_reads)
                 m.submodules[f"region_{region.name}"] = mem
                 self.memories[region.name] = mem.memory
                 m.d.comb += [mem.w_addr.eq(w_addr), mem.w_data.eq(w_data), mem.w_en.eq(w_en),
                              mem.r_addr.eq(r_addr), mem.r_en.eq(r_en)]
                 r_data = mem.r_data
+                if a_reads:
+                    m.d.comb += core.r_data.eq(r_data)
+                    r_data = mem.a_r_data          # the link's
             elif access == "rw":
                 mem = Memory(shape=unsigned(region.width), depth=region.depth, init=[])
                 m.submodules[f"region_{region.name}"] = self.memories[region.name] = mem
@@ -381,18 +407,25 @@ class HostLink(wiring.Component):
                 m.submodules[f"region_{region.name}"] = spm
                 if spm.memory is not None:
                     self.memories[region.name] = spm.memory
-                m.d.comb += [spm.addr.eq(r_addr if core_r else w_addr), spm.r_en.eq(r_en),
-                             spm.w_data.eq(w_data), spm.w_en.eq(w_en)]
+                spm_in = {"addr": r_addr if core_r else w_addr, "r_en": r_en, "w_data": w_data,
+                          "w_en": w_en}
+                for key, value in spm_in.items():
+                    port = getattr(spm, key)
+                    if registered:              # in SPRAM: the input registers in the fabric
+                        reg = Signal(len(port), name=f"{region.name}_{key}_q", reset_less=True)
+                        m.d.sync += reg.eq(value)
+                        value = reg
+                    m.d.comb += port.eq(value)
                 r_data = spm.r_data
-                if registered:                  # a region in SPRAM: a register in the fabric
+                if registered:                  # ... and the output register
                     r_q = Signal(region.width, name=f"link_r_{region.name}", reset_less=True)
                     m.d.sync += r_q.eq(r_data)
                     r_data = r_q
-            if core_r:
+            if core_r and not a_reads:
                 m.d.comb += core.r_data.eq(r_data)
             mem_r_q.append(r_data)
         # The selected region's read data goes to a register (`link_r_q`) that a reply takes
-        # a word from (P_LOAD) after the read (P_WAIT, and P_WAIT2 with `registered`).
+        # a word from (P_LOAD) after the read (P_WAIT, and P_WAIT2, P_WAIT3 with `registered`).
         with m.Switch(region_sel):
             for index, rdata in enumerate(mem_r_q):
                 with m.Case(index):
@@ -736,14 +769,20 @@ class HostLink(wiring.Component):
                     m.next = "R_CRC0"
             with m.State("P_WAIT"):             # the word read is in ``link_r_q`` next cycle
                 m.next = "P_WAIT2" if registered else "P_LOAD"
-            if registered:
-                with m.State("P_WAIT2"):        # ... or in the region's register
+            if registered:                      # ... or: the region's input registers hold
+                with m.State("P_WAIT2"):        # the address, its output register the word
+                    m.next = "P_WAIT3"
+                with m.State("P_WAIT3"):
                     m.next = "P_LOAD"
             # The word to send (a ROM byte, a region word, the status or a counter) is sampled
             # into ``word`` and shifted out of it a byte at a time: a counter changing meanwhile
             # is never sent half old, half new, and the byte on the line comes from a register,
             # with the payload's byte select off the path out of the region's block RAMs.
+            # With `registered` the next word's address is set here, two cycles before the next
+            # P_NEXT: the regions' copies of `ptr` take it a cycle later.
             with m.State("P_LOAD"):
+                if registered:
+                    m.d.sync += ptr.eq(ptr + 1)
                 with m.Switch(src):
                     with m.Case(SRC_ROM):
                         m.d.sync += word.eq(rom_r.data)
@@ -760,7 +799,9 @@ class HostLink(wiring.Component):
                 with m.If(o_stream.ready):
                     m.d.sync += [word.eq(word >> 8), byte_no.eq(byte_no + 1)]
                     with m.If(byte_no + 1 == wb):
-                        m.d.sync += [ptr.eq(ptr + 1), words_left.eq(words_left - 1)]
+                        m.d.sync += words_left.eq(words_left - 1)
+                        if not registered:
+                            m.d.sync += ptr.eq(ptr + 1)
                         m.next = "P_NEXT"
             with m.State("R_CRC0"):
                 send(crc_tx[8:], "R_CRC1", crc=False)

@@ -2,7 +2,8 @@
 
 :class:`AddCore` takes the place of the attention core: RUN ``(count, add)`` reads words
 ``0 .. count-1`` of region ``input``, adds ``add`` and writes them to region ``output``
-(``slow + 2`` cycles per word). :class:`LinkDevice` is HostLink + AddCore (+ UART if a divisor
+(``slow + 2`` cycles per word; it takes a word ``slow + 1`` cycles after reading it, so ``slow``
+must cover the link's read latency). :class:`LinkDevice` is HostLink + AddCore (+ UART if a divisor
 is given). :class:`LinkModel` predicts, byte for byte, the replies of the device to any request
 bytes: the fuzz tests compare the gateware with it.
 """
@@ -92,14 +93,20 @@ class AddCore(wiring.Component):
 class LinkDevice(wiring.Component):
     """HostLink + AddCore (or ``core``, a component with :func:`core_members`); with
     ``divisor`` the ports are the UART pins ``rx``/``tx``, without it the link's byte streams
-    ``i_stream``/``o_stream``."""
+    ``i_stream``/``o_stream``. ``core_access`` is the link's (e.g. ``{"input": "r", "output":
+    "w"}``, as the attention device has them: read-only regions on ECP5 are then read by the
+    link on the memory's other port)."""
 
-    def __init__(self, *, divisor: int | None = None, timeout_cycles: int = 64, slow: int = 1,
-                 max_payload: int = 40, config=CONFIG, region_registers=None, core=None):
+    def __init__(self, *, divisor: int | None = None, timeout_cycles: int = 64,
+                 slow: int | None = None, max_payload: int = 40, config=CONFIG,
+                 region_registers=None, core=None, core_access=None):
         self.divisor = divisor
+        if slow is None:        # the core's wait covers the link's read latency (3 or 1)
+            slow = 2 if region_registers else 1
         self.link = HostLink(config=config, regions=REGIONS, run_layout=RUN_LAYOUT,
                              counters=COUNTERS, timeout_cycles=timeout_cycles,
-                             max_payload=max_payload, region_registers=region_registers)
+                             max_payload=max_payload, region_registers=region_registers,
+                             core_access=core_access)
         self.core = core if core is not None else AddCore(slow=slow)
         ports = host_ports(divisor)
         super().__init__(ports)
@@ -113,8 +120,14 @@ class LinkDevice(wiring.Component):
                      core.args.eq(link.run_args), link.busy.eq(core.busy),
                      link.done.eq(core.done), link.status.eq(core.status),
                      link.counters.eq(core.counters)]
-        wiring.connect(m, core.src, link.region_port("input"))
-        wiring.connect(m, core.dst, link.region_port("output"))
+        for name, port in (("input", core.src), ("output", core.dst)):
+            # the members the link gives the core on the region (all of them by default)
+            theirs = link.region_port(name)
+            for member in ("r_addr", "r_en", "w_addr", "w_en", "w_data"):
+                if hasattr(theirs, member):
+                    m.d.comb += getattr(theirs, member).eq(getattr(port, member))
+            if hasattr(theirs, "r_data"):
+                m.d.comb += port.r_data.eq(theirs.r_data)
         return m
 
 

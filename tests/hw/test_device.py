@@ -63,11 +63,13 @@ def test_map_too_large():
 
 class _ReaderBench(wiring.Component):
     """A reader on a memory of ``contents``: an ``amaranth.lib.memory.Memory`` (latency 1) or
-    a :class:`hw.bram.RegisteredMemory` (latency 2)."""
+    a :class:`hw.bram.RegisteredMemory` (latency 2, or 3 with its input registers)."""
 
-    def __init__(self, spec, contents, queued=True, registered=True, latency=1):
+    def __init__(self, spec, contents, queued=True, registered=True, latency=1,
+                 read_always=False):
         self.spec, self.contents, self.latency = spec, contents, latency
-        self.reader = RegionReader(spec, queued=queued, registered=registered, latency=latency)
+        self.reader = RegionReader(spec, queued=queued, registered=registered, latency=latency,
+                                   read_always=read_always)
         super().__init__({"o_stream": Out(stream.Signature(spec.beat_bits)), "restart": In(1)})
 
     def elaborate(self, platform):
@@ -75,8 +77,9 @@ class _ReaderBench(wiring.Component):
         m = Module()
         region = self.spec.region
         m.submodules.reader = reader = self.reader
-        if self.latency == 2:
-            m.submodules.mem = mem = RegisteredMemory(width=region.width, depth=region.depth)
+        if self.latency > 1:
+            m.submodules.mem = mem = RegisteredMemory(width=region.width, depth=region.depth,
+                                                      input_registers=self.latency == 3)
             mem.memory.init = self.contents
             m.d.comb += [mem.r_addr.eq(reader.mem.r_addr), mem.r_en.eq(reader.mem.r_en),
                          reader.mem.r_data.eq(mem.r_data)]
@@ -91,20 +94,25 @@ class _ReaderBench(wiring.Component):
         return m
 
 
-@pytest.mark.parametrize("latency,registered", [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)])
+# (latency 3: the ECP5 regions, whose read enable the reader holds high)
+_LATENCIES = [(1, 0, False), (1, 1, False), (1, 2, False), (2, 0, False), (2, 1, False),
+              (3, 0, True), (3, 1, True), (3, 1, False)]
+
+
+@pytest.mark.parametrize("latency,registered,read_always", _LATENCIES)
 @pytest.mark.parametrize("queued", [True, False])
 # (long stalls: a beat the output register still holds when the next word arrives)
 @pytest.mark.parametrize("words_per_beat,stall", [(1, 0.0), (1, 0.5), (1, 0.8), (2, 0.3),
                                                   (2, 0.8), (3, 0.0), (3, 0.4), (4, 0.6),
                                                   (5, 0.2)])
-def test_reader(words_per_beat, stall, queued, latency, registered):
+def test_reader(words_per_beat, stall, queued, latency, registered, read_always):
     width = 10
     spec = StreamRegion(P.Region("r", width, 12 * words_per_beat), width * words_per_beat - 3,
                         words_per_beat)
     rng = random.Random(words_per_beat)
     contents = [rng.getrandbits(width) for _ in range(spec.region.depth)]
     beats = [b & ((1 << spec.beat_bits) - 1) for b in spec.to_beats(contents)]
-    dut = _ReaderBench(spec, contents, queued, registered, latency)
+    dut = _ReaderBench(spec, contents, queued, registered, latency, read_always)
     got = []
 
     def benches():
@@ -118,15 +126,16 @@ def test_reader(words_per_beat, stall, queued, latency, registered):
         return [bench]
 
     run_simulation(dut, benches,
-                   f"reader_{words_per_beat}_{stall}_{queued}_{latency}_{registered}",
+                   f"reader_{words_per_beat}_{stall}_{queued}_{latency}_{registered}_"
+                   f"{read_always}",
                    deadline_cycles=2000)
     assert_equal("reader beats", beats[:5] + beats, got)
 
 
-@pytest.mark.parametrize("latency,registered", [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)])
+@pytest.mark.parametrize("latency,registered,read_always", _LATENCIES)
 @pytest.mark.parametrize("queued", [True, False])
 @pytest.mark.parametrize("words_per_beat", [1, 2, 3, 4, 6])
-def test_reader_rate(words_per_beat, queued, latency, registered):
+def test_reader_rate(words_per_beat, queued, latency, registered, read_always):
     """With a consumer that is always ready, a beat every ``words_per_beat`` cycles behind the
     queue (1 or 2 words per beat), at least every 2 + ``latency + registered`` behind the
     output register."""
@@ -134,7 +143,7 @@ def test_reader_rate(words_per_beat, queued, latency, registered):
     spec = StreamRegion(P.Region("r", width, 16 * words_per_beat), width * words_per_beat,
                         words_per_beat)
     contents = list(range(spec.region.depth))
-    dut = _ReaderBench(spec, contents, queued, registered, latency)
+    dut = _ReaderBench(spec, contents, queued, registered, latency, read_always)
     cycles = []
 
     def benches():
@@ -143,7 +152,8 @@ def test_reader_rate(words_per_beat, queued, latency, registered):
         return [bench]
 
     run_simulation(dut, benches,
-                   f"reader_rate_{words_per_beat}_{queued}_{latency}_{registered}",
+                   f"reader_rate_{words_per_beat}_{queued}_{latency}_{registered}_"
+                   f"{read_always}",
                    deadline_cycles=500)
     gaps = {b - a for a, b in zip(cycles[1:], cycles[2:])}
     expected = (words_per_beat if queued and words_per_beat < 3
@@ -155,8 +165,8 @@ def test_reader_registers_checked():
     spec = StreamRegion(P.Region("r", 8, 4), 8, 1)
     with pytest.raises(ValueError, match="registered must be 0, 1 or 2"):
         RegionReader(spec, registered=3)
-    with pytest.raises(ValueError, match="latency must be 1 or 2 cycles, not 3"):
-        RegionReader(spec, latency=3)
+    with pytest.raises(ValueError, match="latency must be 1, 2 or 3 cycles, not 4"):
+        RegionReader(spec, latency=4)
 
 
 @pytest.mark.parametrize("registered", [True, False])

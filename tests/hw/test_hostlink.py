@@ -410,11 +410,14 @@ def _check_fuzz_tail(model):
     assert model.last_status == 0
 
 
-@pytest.mark.parametrize("seed,count,registers", [(1, 500, None), (2, 500, None),
-                                                   (3, 500, True)])
-def test_fuzz_bytes(seed, count, registers):
-    """Random frames; with ``registers`` the ECP5 link (a register per region's read data)."""
-    dut = LinkDevice(region_registers=registers)
+@pytest.mark.parametrize("seed,count,registers,access", [
+    (1, 500, None, None), (2, 500, None, None), (3, 500, True, None),
+    (4, 500, True, {"input": "r", "output": "w"})])
+def test_fuzz_bytes(seed, count, registers, access):
+    """Random frames; with ``registers`` the ECP5 link (registers before and after every
+    region's memory); with ``access`` the core only reads ``input`` (the link reads it on the
+    memory's write port) and only writes ``output``."""
+    dut = LinkDevice(region_registers=registers, core_access=access)
     model = run_bytes(dut, fuzz_bursts(dut, count, seed), f"hostlink_fuzz_{seed}", stall=0.2)
     _check_fuzz_tail(model)
 

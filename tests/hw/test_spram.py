@@ -171,7 +171,8 @@ def test_sliced_memory_matches_memory(slice_width):
 
 def test_link_regions_in_slices_on_ecp5():
     """On the ULX3S every region is a :class:`hw.bram.RegisteredMemory` of DP16KD blocks at
-    full depth with their output registers (the 4,410-word weights: 16 of 2 bits); without
+    full depth with their output registers (the 4,410-word weights: 16 of 2 bits; the regions
+    the core only reads are true dual ports, whose blocks are at most 18 bits wide); without
     region registers the deep regions are bit slices of Yosys's mapping at full depth and the
     304-word constants stay one memory."""
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
@@ -189,8 +190,9 @@ def test_link_regions_in_slices_on_ecp5():
         assert isinstance(region, RegisteredMemory)
         region.elaborate(platform)
         blocks[name] = region.blocks
-    # 54 bits x 304 (36-bit blocks) / 64 x 1,024 (18-bit) / 32 x 4,410 (2-bit) / 64 x 1,024
-    assert blocks == {"params": 2, "x": 4, "w": 16, "y": 4}
+        assert region.a_reads == (name != "y")
+    # 54 bits x 304 (18-bit blocks) / 64 x 1,024 (18-bit) / 32 x 4,410 (2-bit) / 64 x 1,024
+    assert blocks == {"params": 3, "x": 4, "w": 16, "y": 4}
 
     link.region_registers = False
     m = link.elaborate(platform)
