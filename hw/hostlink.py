@@ -388,17 +388,15 @@ class HostLink(wiring.Component):
                 self.memories[region.name] = mem.memory
                 m.d.comb += [mem.w_addr.eq(w_addr), mem.w_data.eq(w_data), mem.w_en.eq(w_en),
                              mem.r_addr.eq(r_addr), mem.r_en.eq(r_en)]
-                r_data = mem.r_data
-                if a_reads:
-                    m.d.comb += core.r_data.eq(r_data)
-                    r_data = mem.a_r_data          # the link's
+                # the core's word from port B; the link's from port A when it has its own
+                core_rd, link_rd = mem.r_data, mem.a_r_data if a_reads else mem.r_data
             elif access == "rw":
                 mem = Memory(shape=unsigned(region.width), depth=region.depth, init=[])
                 m.submodules[f"region_{region.name}"] = self.memories[region.name] = mem
                 wp, rp = mem.write_port(), mem.read_port()
                 m.d.comb += [wp.addr.eq(w_addr), wp.data.eq(w_data), wp.en.eq(w_en),
                              rp.addr.eq(r_addr), rp.en.eq(r_en)]
-                r_data = rp.data
+                core_rd = link_rd = rp.data
             else:
                 spm = SinglePortMemory(width=region.width, depth=region.depth, spram=in_spram,
                                        name=f"region_{region.name}",
@@ -416,14 +414,14 @@ class HostLink(wiring.Component):
                         m.d.sync += reg.eq(value)
                         value = reg
                     m.d.comb += port.eq(value)
-                r_data = spm.r_data
+                core_rd = link_rd = spm.r_data
                 if registered:                  # ... and the output register
                     r_q = Signal(region.width, name=f"link_r_{region.name}", reset_less=True)
-                    m.d.sync += r_q.eq(r_data)
-                    r_data = r_q
-            if core_r and not a_reads:
-                m.d.comb += core.r_data.eq(r_data)
-            mem_r_q.append(r_data)
+                    m.d.sync += r_q.eq(spm.r_data)
+                    core_rd = link_rd = r_q
+            if core_r:
+                m.d.comb += core.r_data.eq(core_rd)
+            mem_r_q.append(link_rd)
         # The selected region's read data goes to a register (`link_r_q`) that a reply takes
         # a word from (P_LOAD) after the read (P_WAIT, and P_WAIT2, P_WAIT3 with `registered`).
         with m.Switch(region_sel):

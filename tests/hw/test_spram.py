@@ -129,6 +129,29 @@ def test_link_regions_in_spram():
     assert link.spram_regions == set() and set(link.memories) == {"params", "x", "w", "y"}
 
 
+def test_link_regions_in_spram_registered():
+    """With region registers on an UltraPlus (which no preset builds) each SPRAM region's
+    address, enables and write data come from flip-flops in the fabric and its word goes
+    into one: read latency 3, as the block RAM regions'; without, none."""
+    from amaranth.back import rtlil
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+
+    from attn import preset
+    from hw.device import AttentionDevice
+
+    platform = ICEBreakerPlatform()
+    for registered in (True, False):
+        link = AttentionDevice(preset("icebreaker_mini"), region_registers=registered).link
+        text = rtlil.convert(link, platform=platform)
+        assert link.spram_regions == {"w", "params"}
+        assert link.read_latency(platform) == (3 if registered else 1)
+        for region in sorted(link.spram_regions):
+            pins = [f"connect \\Q \\region_{region}_{pin}\n"
+                    for pin in ("addr", "r_en", "w_data", "w_en")]
+            pins.append(f" \\link_r_{region}\n")      # the output register
+            assert [pin in text for pin in pins] == [registered] * len(pins), (region, pins)
+
+
 def test_ecp5_slice_width():
     from hw.spram import ecp5_slice_width
     assert [ecp5_slice_width(d) for d in (1, 512, 513, 1024, 1025, 4410, 8192, 16384, 16385)] \
