@@ -776,11 +776,10 @@ class HostLink(wiring.Component):
             # into ``word`` and shifted out of it a byte at a time: a counter changing meanwhile
             # is never sent half old, half new, and the byte on the line comes from a register,
             # with the payload's byte select off the path out of the region's block RAMs.
-            # With `registered` the next word's address is set here, two cycles before the next
-            # P_NEXT: the regions' copies of `ptr` take it a cycle later.
+            # The next word's address is set here, two cycles before the next P_NEXT at the
+            # earliest (with `registered` the regions' copies of `ptr` take it a cycle later).
             with m.State("P_LOAD"):
-                if registered:
-                    m.d.sync += ptr.eq(ptr + 1)
+                m.d.sync += ptr.eq(ptr + 1)
                 with m.Switch(src):
                     with m.Case(SRC_ROM):
                         m.d.sync += word.eq(rom_r.data)
@@ -798,8 +797,6 @@ class HostLink(wiring.Component):
                     m.d.sync += [word.eq(word >> 8), byte_no.eq(byte_no + 1)]
                     with m.If(byte_no + 1 == wb):
                         m.d.sync += words_left.eq(words_left - 1)
-                        if not registered:
-                            m.d.sync += ptr.eq(ptr + 1)
                         m.next = "P_NEXT"
             with m.State("R_CRC0"):
                 send(crc_tx[8:], "R_CRC1", crc=False)
