@@ -917,22 +917,64 @@ class AttentionCore(wiring.Component):
                 xq_q + p_q + k_q, [b.r_data for b in xq_bank] + [port.data for port in p_rd]
                 + [b.r_data for b in k_bank])]
 
-        # F2: assemble the array beat; the queue's beats go first
+        # F2: assemble the array beat; the queue's beats go first. With `registered_reads`
+        # each lane of the beat has its own copy of the beat's fields, decoded into selects
+        # (KEEP_COPY), and its own part of the feed queue: on the 16x8 ULX3S device the one
+        # `f2` register and the one queue fed all 24 lanes, and the path from `f2` through a
+        # lane's selection and the queue to an array row crossed 40 columns (16.1 ns).
         beat = Signal(array.i_stream.payload.shape())
         m.d.comb += [beat.first.eq(f2.first), beat.last.eq(f2.last)]
+        lanes = [f"a{r}" for r in range(R)] + [f"b{c}" for c in range(C)]
+        per_lane = self.registered_reads
+        if per_lane:
+            # each lane's selects, one-hot with the lane's mask folded in
+            sources = {**{f"a{r}": ("p", "xq") for r in range(R)},
+                       **{f"b{c}": ("w", "wb", "k", "v") for c in range(C)}}
+            sel = {lane: Signal(data.StructLayout({s: 1 for s in sources[lane]}),
+                                name=f"f2_sel_{lane}", attrs={KEEP_COPY: 1})
+                   for lane in lanes}
+            weights = (f1.op == _PROJ) | (f1.op == _OUT)
+            with m.If(adv):
+                for r in range(R):
+                    m.d.sync += [sel[f"a{r}"].p.eq(f1.rows[r] & (f1.op == _PV)),
+                                 sel[f"a{r}"].xq.eq(f1.rows[r] & (f1.op != _PV))]
+                for c in range(C):
+                    m.d.sync += [sel[f"b{c}"].w.eq(f1.cols[c] & weights & f1.wsrc),
+                                 sel[f"b{c}"].wb.eq(f1.cols[c] & weights & ~f1.wsrc),
+                                 sel[f"b{c}"].k.eq(f1.cols[c] & (f1.op == _S)),
+                                 sel[f"b{c}"].v.eq(f1.cols[c] & (f1.op == _PV))]
         if self.feeder_queue:
+            parts = None
+            if per_lane:
+                layout = beat.shape()
+                parts = [(layout[field].offset + i * width, layout[field].offset
+                          + (i + 1) * width)
+                         for field, count, width in (("a", R, cfg.a_bits), ("b", C, cfg.b_bits))
+                         for i in range(count)]
+                parts = [(layout["first"].offset, layout["first"].offset + 1),
+                         (layout["last"].offset, layout["last"].offset + 1)] + parts
             feed_valid, feed, room = credit_queue(m, "feed_q", f2_valid, beat,
-                                                 array.i_stream.ready, issue, self.feed_credits)
+                                                 array.i_stream.ready, issue, self.feed_credits,
+                                                 parts=parts)
             m.d.comb += [array.i_stream.valid.eq(feed_valid), array.i_stream.payload.eq(feed),
                          feed_room.eq(room)]
         else:
             m.d.comb += [array.i_stream.valid.eq(f2_valid), array.i_stream.payload.eq(beat)]
         for r in range(R):
             # X / head outputs (projections, output) or Q (scores) from the shared bank, P (PV)
+            if per_lane:
+                s_r = sel[f"a{r}"]
+                m.d.comb += beat.a[r].eq(Mux(s_r.p, p_q[r], 0) | Mux(s_r.xq, xq_q[r], 0))
+                continue
             a = Signal(signed(cfg.a_bits), name=f"a_{r}")
             m.d.comb += [a.eq(Mux(f2.op == _PV, p_q[r], xq_q[r])),
                          beat.a[r].eq(Mux(f2.rows[r], a, 0))]
         for c in range(C):
+            if per_lane:
+                s_c = sel[f"b{c}"]
+                m.d.comb += beat.b[c].eq(Mux(s_c.w, f2_w[c], 0) | Mux(s_c.wb, wb_q[c], 0)
+                                         | Mux(s_c.k, k_q[c], 0) | Mux(s_c.v, v_q[c], 0))
+                continue
             b = Signal(signed(cfg.b_bits), name=f"b_{c}")
             with m.Switch(f2.op):
                 with m.Case(_PROJ, _OUT):

@@ -347,3 +347,29 @@ def test_core_with_registered_dsps(overrides, shape):
     run = simulate_core(cfg, qm, xi, causal=True, stall=0.3,
                         name=f"core_registered_dsp_{cfg.rows}_{shape[0]}")
     assert_equal("core output y", expected.y, run.y)
+
+
+@pytest.mark.parametrize("name, per_lane", [("ulx3s_8x4", True), ("tiny", False)])
+def test_core_feed_lanes_apart(name, per_lane):
+    """With registered reads each lane of the array's beat (R operand rows, C columns) has
+    its own copy of the beat's selects and its own part of the feed queue, each pointer a
+    copy that synthesis keeps (:data:`hw.target.KEEP_COPY`); elsewhere one of each."""
+    import re
+
+    from amaranth.back import rtlil
+
+    from hw.target import KEEP_COPY
+
+    cfg = preset(name)
+    core = AttentionCore(cfg)
+    assert core.registered_reads == per_lane
+    text = rtlil.convert(core, platform=_Platform("LFE5U-85F", "ecp5"))
+    kept = set(re.findall(rf"attribute \\{KEEP_COPY} 1\n\s*wire width \d+ \\(\S+)\n", text))
+    lanes = [f"a{r}" for r in range(cfg.rows)] + [f"b{c}" for c in range(cfg.cols)]
+    sels = {f"f2_sel_{lane}" for lane in lanes}
+    queues = {f"feed_q_{i}_{reg}" for i in range(len(lanes) + 2)
+              for reg in ("r_ptr", "w_ptr", "held")}
+    if per_lane:
+        assert sels | queues <= kept, sorted(sels | queues - kept)
+    else:
+        assert not kept & (sels | queues) and "f2_sel_" not in text and "feed_q_0" not in text

@@ -77,24 +77,38 @@ def test_credit_queue_rejects_bad_credits():
         credit_queue(Module(), "q", Signal(), Signal(4), Signal(), Signal(), 0)
 
 
-@pytest.mark.parametrize("stages, credits, take_rate, seed", [
-    (3, 5, 1.0, 0), (3, 5, 0.6, 1), (3, 5, 0.1, 2), (1, 3, 0.7, 3), (3, 8, 0.5, 4),
+@pytest.mark.parametrize("parts", [[(0, 2)], [(0, 2), (3, 4)], [(0, 3), (2, 4)], [(1, 4)],
+                                   [(0, 0), (0, 4)], [(0, 5)]])
+def test_credit_queue_rejects_bad_parts(parts):
+    with pytest.raises(ValueError, match=r"credit queue 'q': parts .* do not cover the 4-bit "
+                                         r"payload once"):
+        credit_queue(Module(), "q", Signal(), Signal(4), Signal(), Signal(), 3, parts=parts)
+
+
+_PARTS = [(5, 16), (0, 4), (4, 5)]     # a queue per range, out of order
+
+
+@pytest.mark.parametrize("stages, credits, take_rate, seed, parts", [
+    (3, 5, 1.0, 0, None), (3, 5, 0.6, 1, None), (3, 5, 0.1, 2, None), (1, 3, 0.7, 3, None),
+    (3, 8, 0.5, 4, None), (3, 5, 1.0, 5, _PARTS), (3, 5, 0.4, 6, _PARTS),
 ])
-def test_credit_queue(stages, credits, take_rate, seed):
+def test_credit_queue(stages, credits, take_rate, seed, parts):
     """:func:`hw.fifo.credit_queue` behind a pipeline that never stops and issues against the
     queue's credits, as the feeder does: every beat reaches the consumer once and in order
     while the consumer takes at random, and a consumer that takes every cycle (after a stall
-    of its own that fills the queue) gets a beat every cycle from the first one on."""
+    of its own that fills the queue) gets a beat every cycle from the first one on; split
+    into ``parts``, the same, every bit in place."""
     m = Module()
     want, take, issue = Signal(), Signal(), Signal()
     count = Signal(16)
     pipe = [(Signal(name=f"valid_{i}"), Signal(16, name=f"data_{i}")) for i in range(stages)]
-    out_valid, out_payload, room = credit_queue(m, "q", *pipe[-1], take, issue, credits)
+    out_valid, out_payload, room = credit_queue(m, "q", *pipe[-1], take, issue, credits,
+                                                parts=parts)
     got_valid, got = Signal(), Signal(16)
     m.d.comb += [issue.eq(want & room), got_valid.eq(out_valid), got.eq(out_payload)]
     with m.If(issue):
         m.d.sync += count.eq(count + 1)
-    m.d.sync += [pipe[0][0].eq(issue), pipe[0][1].eq(count)]
+    m.d.sync += [pipe[0][0].eq(issue), pipe[0][1].eq(count ^ (count << 8))]   # all 16 bits
     for (valid, data), (next_valid, next_data) in zip(pipe, pipe[1:]):
         m.d.sync += [next_valid.eq(valid), next_data.eq(data)]
 
@@ -119,7 +133,10 @@ def test_credit_queue(stages, credits, take_rate, seed):
         return [bench]
 
     run_simulation(m, benches, f"credit_queue_{seed}", deadline_cycles=20_000)
-    assert_equal("beats taken", np.arange(beats), np.array([beat for _, beat in taken]))
+    sent = np.arange(beats)
+    assert_equal("beats taken", (sent ^ (sent << 8)) & 0xffff,
+                 np.array([beat for _, beat in taken]))
     if take_rate == 1.0:
         resumed = [cycle for cycle, _ in taken if cycle >= 40]
         assert resumed == list(range(40, 40 + len(resumed))), "the consumer waited"
+
