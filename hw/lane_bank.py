@@ -135,12 +135,13 @@ class LaneBank(wiring.Component):
         if self.d_registered:
             d_addr, d_data = (Signal.like(s, name=s.name + "_r", reset_less=True)
                               for s in (self.d_addr, self.d_data))
-            d_en = Signal.like(self.d_en, name="d_en_r")
+            d_en = Signal.like(self.d_en, name="d_en_r", attrs={KEEP_COPY: 1})
             m.d.sync += [d_addr.eq(self.d_addr), d_data.eq(self.d_data), d_en.eq(self.d_en)]
-            # `d_pending` from a register of its own (KEEP_COPY), so that the consumers of the
-            # flag do not pull the one that gates the queue's writes away from the bank (on
-            # the 8x8 ULX3S device the core's "every bank written" gate put it 33 columns
-            # from its bank's lane counter: the slowest path, 10.6 ns)
+            # `d_pending` from a register of its own, so that the consumers of the flag do not
+            # pull the one that gates the queue's writes away from the bank (on the 8x8 ULX3S
+            # device the core's "every bank written" gate put it 33 columns from its bank's
+            # lane counter: the slowest path, 10.6 ns). Both are KEEP_COPY: Yosys merges a
+            # kept flip-flop with an identical one that is not.
             pending = Signal(name="d_pending_r", attrs={KEEP_COPY: 1})
             m.d.sync += pending.eq(self.d_en)
             m.d.comb += self.d_pending.eq(pending)
