@@ -951,8 +951,13 @@ class AttentionCore(wiring.Component):
                           + (i + 1) * width)
                          for field, count, width in (("a", R, cfg.a_bits), ("b", C, cfg.b_bits))
                          for i in range(count)]
-                parts = [(layout["first"].offset, layout["first"].offset + 1),
-                         (layout["last"].offset, layout["last"].offset + 1)] + parts
+                # the flags in one part, the first: the array's `valid` (that part's) and its
+                # `ready` (from `last`) come from one place (on the 8x8 device at d2e378b, with
+                # a part for each, the path from `last` through `ready` to the array's take
+                # went 29 columns to the part of `first` and back, 11.9 ns)
+                flags = sorted(layout[name].offset for name in ("first", "last"))
+                assert flags[1] == flags[0] + 1 == layout.size - 1, "flags not adjacent, last"
+                parts = [(flags[0], flags[0] + 2)] + parts
             feed_valid, feed, room = credit_queue(m, "feed_q", f2_valid, beat,
                                                  array.i_stream.ready, issue, self.feed_credits,
                                                  parts=parts)

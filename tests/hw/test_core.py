@@ -367,9 +367,10 @@ def test_core_feed_lanes_apart(name, per_lane):
     kept = set(re.findall(rf"attribute \\{KEEP_COPY} 1\n\s*wire width \d+ \\(\S+)\n", text))
     lanes = [f"a{r}" for r in range(cfg.rows)] + [f"b{c}" for c in range(cfg.cols)]
     sels = {f"f2_sel_{lane}" for lane in lanes}
-    queues = {f"feed_q_{i}_{reg}" for i in range(len(lanes) + 2)
+    queues = {f"feed_q_{i}_{reg}" for i in range(len(lanes) + 1)     # + the flags
               for reg in ("r_ptr", "w_ptr", "held")}
     if per_lane:
         assert sels | queues <= kept, sorted(sels | queues - kept)
+        assert f"feed_q_{len(lanes) + 1}_" not in text      # `first` and `last` in one part
     else:
         assert not kept & (sels | queues) and "f2_sel_" not in text and "feed_q_0" not in text
