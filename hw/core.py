@@ -924,33 +924,36 @@ class AttentionCore(wiring.Component):
         # lane's selection and the queue to an array row crossed 40 columns (16.1 ns).
         beat = Signal(array.i_stream.payload.shape())
         m.d.comb += [beat.first.eq(f2.first), beat.last.eq(f2.last)]
-        lanes = [f"a{r}" for r in range(R)] + [f"b{c}" for c in range(C)]
         per_lane = self.registered_reads
         if per_lane:
             # each lane's selects, one-hot with the lane's mask folded in
-            sources = {**{f"a{r}": ("p", "xq") for r in range(R)},
-                       **{f"b{c}": ("w", "wb", "k", "v") for c in range(C)}}
-            sel = {lane: Signal(data.StructLayout({s: 1 for s in sources[lane]}),
-                                name=f"f2_sel_{lane}", attrs={KEEP_COPY: 1})
-                   for lane in lanes}
+            def selects(lane, *sources):
+                return Signal(data.StructLayout({source: 1 for source in sources}),
+                              name=f"f2_sel_{lane}", attrs={KEEP_COPY: 1})
+            sel_a = [selects(f"a{r}", "p", "xq") for r in range(R)]
+            sel_b = [selects(f"b{c}", "w", "wb", "k", "v") for c in range(C)]
             weights = (f1.op == _PROJ) | (f1.op == _OUT)
             with m.If(adv):
-                for r in range(R):
-                    m.d.sync += [sel[f"a{r}"].p.eq(f1.rows[r] & (f1.op == _PV)),
-                                 sel[f"a{r}"].xq.eq(f1.rows[r] & (f1.op != _PV))]
-                for c in range(C):
-                    m.d.sync += [sel[f"b{c}"].w.eq(f1.cols[c] & weights & f1.wsrc),
-                                 sel[f"b{c}"].wb.eq(f1.cols[c] & weights & ~f1.wsrc),
-                                 sel[f"b{c}"].k.eq(f1.cols[c] & (f1.op == _S)),
-                                 sel[f"b{c}"].v.eq(f1.cols[c] & (f1.op == _PV))]
+                for r, sel in enumerate(sel_a):
+                    m.d.sync += [sel.p.eq(f1.rows[r] & (f1.op == _PV)),
+                                 sel.xq.eq(f1.rows[r] & (f1.op != _PV))]
+                for c, sel in enumerate(sel_b):
+                    m.d.sync += [sel.w.eq(f1.cols[c] & weights & f1.wsrc),
+                                 sel.wb.eq(f1.cols[c] & weights & ~f1.wsrc),
+                                 sel.k.eq(f1.cols[c] & (f1.op == _S)),
+                                 sel.v.eq(f1.cols[c] & (f1.op == _PV))]
         if self.feeder_queue:
             parts = None
             if per_lane:
                 layout = beat.shape()
-                parts = [(layout[field].offset + i * width, layout[field].offset
-                          + (i + 1) * width)
-                         for field, count, width in (("a", R, cfg.a_bits), ("b", C, cfg.b_bits))
-                         for i in range(count)]
+                # a part per lane, the widths read from the array's beat layout
+                parts = []
+                for field in ("a", "b"):
+                    lanes = layout[field].shape
+                    width = Shape.cast(lanes.elem_shape).width
+                    parts += [(layout[field].offset + i * width,
+                               layout[field].offset + (i + 1) * width)
+                              for i in range(lanes.length)]
                 # the flags in one part, the first: the array's `valid` (that part's) and its
                 # `ready` (from `last`) come from one place (on the 8x8 device at d2e378b, with
                 # a part for each, the path from `last` through `ready` to the array's take
@@ -968,17 +971,17 @@ class AttentionCore(wiring.Component):
         for r in range(R):
             # X / head outputs (projections, output) or Q (scores) from the shared bank, P (PV)
             if per_lane:
-                s_r = sel[f"a{r}"]
-                m.d.comb += beat.a[r].eq(Mux(s_r.p, p_q[r], 0) | Mux(s_r.xq, xq_q[r], 0))
+                sel = sel_a[r]
+                m.d.comb += beat.a[r].eq(Mux(sel.p, p_q[r], 0) | Mux(sel.xq, xq_q[r], 0))
                 continue
             a = Signal(signed(cfg.a_bits), name=f"a_{r}")
             m.d.comb += [a.eq(Mux(f2.op == _PV, p_q[r], xq_q[r])),
                          beat.a[r].eq(Mux(f2.rows[r], a, 0))]
         for c in range(C):
             if per_lane:
-                s_c = sel[f"b{c}"]
-                m.d.comb += beat.b[c].eq(Mux(s_c.w, f2_w[c], 0) | Mux(s_c.wb, wb_q[c], 0)
-                                         | Mux(s_c.k, k_q[c], 0) | Mux(s_c.v, v_q[c], 0))
+                sel = sel_b[c]
+                m.d.comb += beat.b[c].eq(Mux(sel.w, f2_w[c], 0) | Mux(sel.wb, wb_q[c], 0)
+                                         | Mux(sel.k, k_q[c], 0) | Mux(sel.v, v_q[c], 0))
                 continue
             b = Signal(signed(cfg.b_bits), name=f"b_{c}")
             with m.Switch(f2.op):
