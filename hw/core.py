@@ -151,22 +151,21 @@ class AttentionCore(wiring.Component):
         return self.cfg.requant_unit_count
 
     @property
-    def feeder_queue(self) -> bool:
-        """Whether the feeder's stages never stop and hand the array their beats through a
-        queue, issuing against credits (see the feeder in :meth:`elaborate`): with the ECP5's
-        registered DSPs (``cfg.dsp``), the arrays that span the die; not on the small and
-        iCE40 configurations, which have no die to cross (a skid register, its predecessor,
-        cost the iCEBreaker's device 60 of its 5,280 logic cells). A configuration choice,
-        not the platform's, so that simulated cycles are the hardware's."""
+    def feeder_claims(self) -> bool:
+        """Whether the feeder's stages never stop and the array takes every beat: the issue
+        logic claims a tile's output room when it issues the tile's last beat
+        (:class:`hw.systolic.SystolicArray` with ``claim_lead``; see the feeder in
+        :meth:`elaborate`). With the ECP5's registered DSPs (``cfg.dsp``), the arrays that
+        span the die; not on the small and iCE40 configurations, which have no die to cross
+        (there the stages stop while the array does not take a beat). A configuration
+        choice, not the platform's, so that simulated cycles are the hardware's."""
         return self.cfg.dsp == "ecp5_registered"
 
     @property
-    def feed_credits(self) -> int:
-        """Beats the :attr:`feeder_queue` feeder may have issued and not yet handed to the
-        array: while the array takes one a cycle, the three stages (FA, F1, F2) and the
-        cycle the credit count takes to reach the issue hold four, so five keep the array
-        busy, after a stall too (the queued beats last until the first new one arrives)."""
-        return 5
+    def feed_lead(self) -> int:
+        """Cycles from issuing a beat to the array taking it when the stages never stop: FA
+        (with :attr:`registered_reads`), F1, F2."""
+        return 2 + self.registered_reads
 
     @property
     def softmax_credits(self) -> int:
@@ -177,14 +176,14 @@ class AttentionCore(wiring.Component):
 
     @property
     def registered_reads(self) -> bool:
-        """Whether the memory reads take one more register stage (wherever there is a
-        :attr:`feeder_queue`): the feeder registers each read address at its memory (a copy per
+        """Whether the memory reads take one more register stage (wherever the
+        :attr:`feeder_claims`): the feeder registers each read address at its memory (a copy per
         bank; on the 16x8 ULX3S device one address net to the 16 X/Q banks had 12 ns of
         routing), and each softmax feed takes the score words through the score memory's
         output register (:class:`hw.bram.RegisteredMemory`; on the 8x8 device the word
         crossed 53 rows from its block RAM to the selection) and registers the score it
         selected. A cycle more of latency per operation, two per softmax block."""
-        return self.feeder_queue
+        return self.feeder_claims
 
     def requant_multiplier(self, platform) -> str:
         """The requantizers' multiplier on ``platform`` (:class:`hw.requant.Requantizer`):
@@ -245,7 +244,8 @@ class AttentionCore(wiring.Component):
         slots = self.attention_slots
         slot_bits = _log2(slots)
 
-        m.submodules.array = array = SystolicArray.from_config(cfg)
+        m.submodules.array = array = SystolicArray.from_config(
+            cfg, claim_lead=self.feed_lead if self.feeder_claims else None)
         U = self.softmax_units
         RU = R // U                          # rows of a block per softmax unit
         lru = _log2(RU)
@@ -529,19 +529,20 @@ class AttentionCore(wiring.Component):
         # output, slow to leave it on ECP5, goes to a register and nothing else); F2: those
         # registers -> array beat (lane, operand and mask selection). The stages advance
         # together (`adv`), and F0 issues only while they may (`feed_room`).
-        # With `feeder_queue` the stages never stop: a beat the array does not take in its
-        # cycle goes into a queue (`feed_q`, :func:`credit_queue`) that the array takes from
-        # first, and F0 issues while fewer than `feed_credits` beats are issued and not taken
-        # (`feed_room`, a register). The array's `ready` (from the beat's `last` and the
-        # array's output room) then reaches neither the issue logic nor an enable of the
-        # stages: on the 16x8 ULX3S device it crossed the die four times from `last` through
-        # the issue logic to the loop counters (21.5 ns), and behind a skid register, whose
-        # state stopped the stages, from the skid register through the stages' enable and the
-        # issue to the weights' source (14.9 ns).
+        # With `feeder_claims` the stages never stop and the array takes every beat: F0 issues
+        # a tile's last beat only while the array has room for the tile's result rows
+        # (`claim_ok`, a register of the array's) and claims that room as it issues
+        # (`feed_lead` cycles before the beat reaches the array). The array's `ready` is
+        # constant, and nothing between F0 and the array waits: on the 16x8 ULX3S device a
+        # `ready` from the beat's `last` crossed the die four times through the issue logic
+        # to the loop counters (21.5 ns); behind a skid register, from that register through
+        # the stages' enable to the weights' source (14.9 ns); behind a queue of LUT RAM
+        # that the array took from first (`hw.fifo.credit_queue`), from the queue's `last`
+        # through `ready` to the other lanes' read pointers (15.1 ns).
         f1_valid, f2_valid = Signal(), Signal()
         adv = Signal()
         feed_room = Signal(init=1)
-        if self.feeder_queue:
+        if self.feeder_claims:
             m.d.comb += adv.eq(1)
         else:
             m.d.comb += [adv.eq(~f2_valid | array.i_stream.ready), feed_room.eq(adv)]
@@ -676,6 +677,8 @@ class AttentionCore(wiring.Component):
                                  & ((cur_op != _PROJ) | x_ready)
                                  & (~want_w | w_valid))
         m.d.comb += issue.eq(can_issue)
+        if self.feeder_claims:
+            m.d.comb += [feed_room.eq(~last | array.claim_ok), array.claim.eq(issue & last)]
         m.d.comb += w_take.eq(can_issue & want_w)
 
         def start_tile(k_word_init, reduction):
@@ -854,10 +857,10 @@ class AttentionCore(wiring.Component):
             fa, fa_valid, fa_w = f1, f1_valid, f1_w
         with m.If(adv):
             m.d.sync += [fa_valid.eq(issue), f2_valid.eq(f1_valid)]
-        # the beat's fields: with `feeder_queue` (stages that never stop) loaded every cycle,
+        # the beat's fields: with `feeder_claims` (stages that never stop) loaded every cycle,
         # `fa_valid` says whether they are a beat's, so the issue drives no enable of theirs
         load_fields, load_w = Signal(), Signal()
-        if self.feeder_queue:
+        if self.feeder_claims:
             m.d.comb += [load_fields.eq(1), load_w.eq(1)]
         else:
             m.d.comb += [load_fields.eq(issue), load_w.eq(issue & want_w)]
@@ -917,11 +920,10 @@ class AttentionCore(wiring.Component):
                 xq_q + p_q + k_q, [b.r_data for b in xq_bank] + [port.data for port in p_rd]
                 + [b.r_data for b in k_bank])]
 
-        # F2: assemble the array beat; the queue's beats go first. With `registered_reads`
-        # each lane of the beat has its own copy of the beat's fields, decoded into selects
-        # (KEEP_COPY), and its own part of the feed queue: on the 16x8 ULX3S device the one
-        # `f2` register and the one queue fed all 24 lanes, and the path from `f2` through a
-        # lane's selection and the queue to an array row crossed 40 columns (16.1 ns).
+        # F2: assemble the array beat. With `registered_reads` each lane of the beat has its
+        # own copy of the beat's fields, decoded into selects (KEEP_COPY): on the 16x8 ULX3S
+        # device the one `f2` register fed all 24 lanes, and the path from `f2` through a
+        # lane's selection to an array row crossed 40 columns (16.1 ns).
         beat = Signal(array.i_stream.payload.shape())
         m.d.comb += [beat.first.eq(f2.first), beat.last.eq(f2.last)]
         per_lane = self.registered_reads
@@ -942,32 +944,7 @@ class AttentionCore(wiring.Component):
                                  sel.wb.eq(f1.cols[c] & weights & ~f1.wsrc),
                                  sel.k.eq(f1.cols[c] & (f1.op == _S)),
                                  sel.v.eq(f1.cols[c] & (f1.op == _PV))]
-        if self.feeder_queue:
-            parts = None
-            if per_lane:
-                layout = beat.shape()
-                # a part per lane, the widths read from the array's beat layout
-                parts = []
-                for field in ("a", "b"):
-                    lanes = layout[field].shape
-                    width = Shape.cast(lanes.elem_shape).width
-                    parts += [(layout[field].offset + i * width,
-                               layout[field].offset + (i + 1) * width)
-                              for i in range(lanes.length)]
-                # the flags in one part, the first: the array's `valid` (that part's) and its
-                # `ready` (from `last`) come from one place (on the 8x8 device at d2e378b, with
-                # a part for each, the path from `last` through `ready` to the array's take
-                # went 29 columns to the part of `first` and back, 11.9 ns)
-                flags = sorted(layout[name].offset for name in ("first", "last"))
-                assert flags[1] == flags[0] + 1 == layout.size - 1, "flags not adjacent, last"
-                parts = [(flags[0], flags[0] + 2)] + parts
-            feed_valid, feed, room = credit_queue(m, "feed_q", f2_valid, beat,
-                                                 array.i_stream.ready, issue, self.feed_credits,
-                                                 parts=parts)
-            m.d.comb += [array.i_stream.valid.eq(feed_valid), array.i_stream.payload.eq(feed),
-                         feed_room.eq(room)]
-        else:
-            m.d.comb += [array.i_stream.valid.eq(f2_valid), array.i_stream.payload.eq(beat)]
+        m.d.comb += [array.i_stream.valid.eq(f2_valid), array.i_stream.payload.eq(beat)]
         for r in range(R):
             # X / head outputs (projections, output) or Q (scores) from the shared bank, P (PV)
             if per_lane:
@@ -1049,7 +1026,7 @@ class AttentionCore(wiring.Component):
         queued_results = C > 1
         res_depth = max(8, in_flight + 3)
         credit_ok = Signal(init=1)
-        # The array's result rows: with `feeder_queue` through a two-register buffer, so that
+        # The array's result rows: with `feeder_claims` through a two-register buffer, so that
         # the array's `o_stream.ready` is a register: on the 8x8 ULX3S device the requantizers'
         # ready (from the writer's descriptor handshake) -> the array's output reservation
         # crossed the die (12.1 ns, 7.5 of it routing). The rows reach the requantizers from
@@ -1060,7 +1037,7 @@ class AttentionCore(wiring.Component):
         result = Signal(array.o_stream.payload.shape())
         result_valid, take_result = Signal(), Signal()
         m.d.comb += take_result.eq(rq.i_stream.ready & rows_q.w_rdy)
-        if self.feeder_queue:
+        if self.feeder_claims:
             held_valid, held, empty = register_buffer(m, "o_skid", array.o_stream.valid,
                                                        array.o_stream.payload, take_result)
             m.d.comb += [array.o_stream.ready.eq(empty), result_valid.eq(held_valid),

@@ -4,11 +4,11 @@ crossed the die on the ULX3S devices)."""
 
 from __future__ import annotations
 
-from amaranth import Cat, Mux, Signal, Value
+from amaranth import Mux, Signal, Value
 from amaranth.lib import fifo
 from amaranth.lib.memory import Memory
 
-from .target import KEEP_COPY, block_ram_attrs
+from .target import block_ram_attrs
 
 __all__ = ["BlockRAMFIFO", "credit_queue", "register_buffer"]
 
@@ -49,7 +49,7 @@ def register_buffer(m, name, valid, payload, take):
     return main_valid, Value.cast(main), ~spare_valid
 
 
-def credit_queue(m, name, valid, payload, take, issue, credits, parts=None):
+def credit_queue(m, name, valid, payload, take, issue, credits):
     """A queue between a producer whose pipeline never stops and a consumer that takes a beat
     when ``take``. The producer issues a beat into its pipeline (``issue``) only while the
     returned ``room`` (a register) is high, which keeps at most ``credits`` beats issued and
@@ -62,50 +62,26 @@ def credit_queue(m, name, valid, payload, take, issue, credits, parts=None):
     one stays), so ``take`` drives the pointers, the empty flag and the count, not the data's
     enables, and ``room`` comes from the count a cycle before and that cycle's issue (the
     beat taken then is not counted). Returns the consumer's ``(valid, payload)`` and
-    ``room``.
-
-    ``parts``, a list of ``(start, stop)`` bit ranges that cover the payload once, splits the
-    queue into one per range, each with its own storage, pointers and empty flag (copies
-    marked :data:`hw.target.KEEP_COPY`, equal cycle for cycle), so that each can sit at its
-    own consumer (an array row's lane) instead of one read pointer reaching them all; the
-    returned ``valid`` is the first range's."""
+    ``room``."""
     if not isinstance(credits, int) or credits < 1:
         raise ValueError(f"credit queue {name!r}: credits must be a positive int, not "
                          f"{credits!r}")
-    data = Value.cast(payload)
-    width = len(data)
-    if parts is None:
-        parts = [(0, width)]
-    covered = sorted(parts)
-    if not covered or covered[0][0] != 0 or covered[-1][1] != width or any(
-            start >= stop or stop != after for (start, stop), (after, _) in
-            zip(covered, covered[1:] + [(width, None)])):
-        raise ValueError(f"credit queue {name!r}: parts {parts!r} do not cover the "
-                         f"{width}-bit payload once")
     depth = 1 << credits.bit_length()    # > credits: a full queue is not an empty one
-    copies = {KEEP_COPY: 1} if len(parts) > 1 else {}
-    out = [None] * width
-    helds = []
-    for i, (start, stop) in enumerate(parts):
-        tag = name if len(parts) == 1 else f"{name}_{i}"
-        storage = Memory(shape=stop - start, depth=depth, init=[])
-        m.submodules[tag] = storage
-        w_ptr = Signal(range(depth), name=f"{tag}_w_ptr", attrs=copies)
-        r_ptr = Signal(range(depth), name=f"{tag}_r_ptr", attrs=copies)
-        w_next, r_next = Signal.like(w_ptr), Signal.like(r_ptr)
-        held = Signal(name=f"{tag}_held", attrs=copies)   # the queue holds a beat
-        wr = storage.write_port()
-        rd = storage.read_port(domain="comb")
-        m.d.comb += [wr.addr.eq(w_ptr), wr.data.eq(data[start:stop]), wr.en.eq(valid),
-                     rd.addr.eq(r_ptr),
-                     w_next.eq(Mux(valid & (held | ~take), w_ptr + 1, w_ptr)),
-                     r_next.eq(Mux(held & take, r_ptr + 1, r_ptr))]
-        m.d.sync += [w_ptr.eq(w_next), r_ptr.eq(r_next), held.eq(w_next != r_next)]
-        out[start] = Mux(held, rd.data, data[start:stop])
-        helds.append(held)
-    out_valid = helds[0] | valid
+    storage = Memory(shape=payload.shape(), depth=depth, init=[])
+    m.submodules[name] = storage
+    w_ptr = Signal(range(depth), name=f"{name}_w_ptr")
+    r_ptr = Signal(range(depth), name=f"{name}_r_ptr")
+    w_next, r_next = Signal.like(w_ptr), Signal.like(r_ptr)
+    held = Signal(name=f"{name}_held")       # the queue holds a beat (w_ptr != r_ptr)
+    wr = storage.write_port()
+    rd = storage.read_port(domain="comb")
+    m.d.comb += [wr.addr.eq(w_ptr), wr.data.eq(payload), wr.en.eq(valid), rd.addr.eq(r_ptr),
+                 w_next.eq(Mux(valid & (held | ~take), w_ptr + 1, w_ptr)),
+                 r_next.eq(Mux(held & take, r_ptr + 1, r_ptr))]
+    m.d.sync += [w_ptr.eq(w_next), r_ptr.eq(r_next), held.eq(w_next != r_next)]
+    out_valid = held | valid
     issued = Signal(range(credits + 1), name=f"{name}_issued")   # issued and not taken
     room = Signal(init=1, name=f"{name}_room")
     m.d.sync += [issued.eq(issued + issue - (out_valid & take)),
                  room.eq(Mux(issue, issued + 1, issued) < credits)]
-    return out_valid, Cat(*(part for part in out if part is not None)), room
+    return out_valid, Mux(held, Value.cast(rd.data), Value.cast(payload)), room

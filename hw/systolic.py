@@ -51,6 +51,14 @@ With the default FIFO depth (``latency + R`` rows) a consumer that is always rea
 up the input; a smaller FIFO (at least ``R`` rows) only lowers the throughput. Input bubbles
 (``i_stream.valid`` low) enter the array as invalid steps.
 
+With ``claim_lead`` the reservation moves to the producer's side: the producer *claims* a
+tile's rows (``claim``) in the cycle it commits to the tile's ``last`` beat, only while
+``claim_ok`` (a register) is high, and the beat reaches ``i_stream`` ``claim_lead`` cycles
+later, the same number for every tile. ``reserved`` grows at the claim, the ``R``-cycle gap is
+counted between claims, and ``i_stream.ready`` is constant 1: the array takes every beat, so
+nothing in the producer's pipeline waits on the array, and no logic of the array's lies
+between a ``last`` beat and its take. The FIFO holds ``claim_lead`` rows more by default.
+
 Latency
 -------
 From the cycle a ``last`` beat is accepted to the cycle row 0 of its result is first valid on
@@ -128,6 +136,11 @@ class SystolicArray(wiring.Component):
         whole result row limited the ECP5 12×12 array to 107 MHz. ``False``: a synchronous
         read port with an output register (block RAM; iCE40 has no LUT RAM). ``None``: LUT
         RAM with ``"ecp5_registered"``, else block RAM.
+    claim_lead : int or None
+        ``None``: the input's ``ready`` reserves the output room (a ``last`` beat may wait).
+        An int ``>= 0``: the producer claims the room ahead, ``claim_lead`` cycles before
+        each ``last`` beat (see Backpressure; members ``claim`` and ``claim_ok``), and
+        ``ready`` is always high.
     floorplan : bool
         With ``"ecp5_registered"`` on an ECP5 platform whose device has an entry in
         :mod:`hw.floorplan`: pin every PE's DSP to its site there (neighbours in the array
@@ -140,7 +153,12 @@ class SystolicArray(wiring.Component):
         One reduction step per beat. ``first`` starts a tile (the accumulators restart),
         ``last`` ends it; ``first`` and ``last`` may be on the same beat (``K = 1``). Every tile
         must start with ``first``. ``ready`` depends on ``payload.last`` (a ``last`` beat may
-        have to wait, see Throughput).
+        have to wait, see Throughput); constant 1 with ``claim_lead``.
+    claim : In(1)
+        With ``claim_lead``: the producer claims the output room of a tile whose ``last`` beat
+        reaches ``i_stream`` ``claim_lead`` cycles later. Only while ``claim_ok``.
+    claim_ok : Out(1)
+        With ``claim_lead``: a claim in this cycle has room and keeps the ``R``-cycle gap.
     o_stream : Out(stream.Signature(output_layout(cols, acc_bits)))
         Results: row ``r`` of ``A · Bᵀ`` per beat (``acc[c]`` = column ``c``), rows in order,
         ``last`` on row ``R - 1``; tiles in input order.
@@ -154,7 +172,7 @@ class SystolicArray(wiring.Component):
     def __init__(self, *, rows: int, cols: int, a_bits: int, b_bits: int, acc_bits: int,
                  dsp: str = "infer", fifo_depth: int | None = None,
                  split_acc: bool | None = None, lutram_fifo: bool | None = None,
-                 floorplan: bool = True):
+                 claim_lead: int | None = None, floorplan: bool = True):
         check_bits("rows", rows, 1)
         check_bits("cols", cols, 1)
         check_bits("a_bits", a_bits, 2)
@@ -168,6 +186,9 @@ class SystolicArray(wiring.Component):
             raise TypeError(f"split_acc must be a bool or None, not {split_acc!r}")
         if lutram_fifo is not None and not isinstance(lutram_fifo, bool):
             raise TypeError(f"lutram_fifo must be a bool or None, not {lutram_fifo!r}")
+        if claim_lead is not None and (not isinstance(claim_lead, int)
+                                       or isinstance(claim_lead, bool) or claim_lead < 0):
+            raise ValueError(f"claim_lead must be None or an int >= 0, not {claim_lead!r}")
         if not isinstance(floorplan, bool):
             raise TypeError(f"floorplan must be a bool, not {floorplan!r}")
         self.floorplan = floorplan
@@ -176,13 +197,18 @@ class SystolicArray(wiring.Component):
         self.rows, self.cols = rows, cols
         self.a_bits, self.b_bits, self.acc_bits = a_bits, b_bits, acc_bits
         self.dsp = dsp
-        self.fifo_depth = self.latency + rows if fifo_depth is None else fifo_depth
+        self.claim_lead = claim_lead
+        self.fifo_depth = (self.latency + rows + (claim_lead or 0) if fifo_depth is None
+                           else fifo_depth)
         self.i_layout = input_layout(rows, cols, a_bits, b_bits)
         self.o_layout = output_layout(cols, acc_bits)
-        super().__init__({
+        members = {
             "i_stream": In(stream.Signature(self.i_layout)),
             "o_stream": Out(stream.Signature(self.o_layout)),
-        })
+        }
+        if claim_lead is not None:
+            members.update(claim=In(1), claim_ok=Out(1))
+        super().__init__(members)
 
     @classmethod
     def from_config(cls, cfg, **kwargs) -> SystolicArray:
@@ -272,11 +298,16 @@ class SystolicArray(wiring.Component):
         m.d.sync += [since_last.eq(since_next), gap_ok.eq(since_next == rows - 1),
                      reserved.eq(reserved_next), room.eq(reserved_next <= depth - rows)]
         i = self.i_stream
-        m.d.comb += i.ready.eq((gap_ok & room) | ~i.payload.last)
         take = Signal()
         take_last = Signal()
+        counted = Signal()        # a tile's rows reserved in this cycle
+        if self.claim_lead is None:
+            m.d.comb += [i.ready.eq((gap_ok & room) | ~i.payload.last), counted.eq(take_last)]
+        else:
+            m.d.comb += [i.ready.eq(1), self.claim_ok.eq(gap_ok & room),
+                         counted.eq(self.claim)]
         m.d.comb += [take.eq(i.valid & i.ready), take_last.eq(take & i.payload.last)]
-        m.d.comb += since_next.eq(Mux(take_last, 0, Mux(gap_ok, since_last, since_last + 1)))
+        m.d.comb += since_next.eq(Mux(counted, 0, Mux(gap_ok, since_last, since_last + 1)))
 
         step = Signal(CONTROL)
         m.d.comb += [step.valid.eq(take), step.first.eq(take & i.payload.first),
@@ -356,7 +387,7 @@ class SystolicArray(wiring.Component):
 
         # Complete rows: counted from the last column's writes. A row read from the FIFO
         # frees its reservation (every row had room reserved when its tile's last beat was
-        # taken, so the writes need no full check).
+        # taken or claimed, so the writes need no full check).
         stored = Signal(range(mem_depth + 1))
         if self.lutram_fifo:
             m.d.comb += self.o_stream.valid.eq(stored != 0)
@@ -372,5 +403,5 @@ class SystolicArray(wiring.Component):
             with m.Elif(self.o_stream.ready):
                 m.d.sync += out_valid.eq(0)
             m.d.sync += stored.eq(stored + row_valid - load)
-        m.d.comb += reserved_next.eq(reserved + Mux(take_last, rows, 0) - read)
+        m.d.comb += reserved_next.eq(reserved + Mux(counted, rows, 0) - read)
         return m

@@ -77,33 +77,19 @@ def test_credit_queue_rejects_bad_credits():
         credit_queue(Module(), "q", Signal(), Signal(4), Signal(), Signal(), 0)
 
 
-@pytest.mark.parametrize("parts", [[(0, 2)], [(0, 2), (3, 4)], [(0, 3), (2, 4)], [(1, 4)],
-                                   [(0, 0), (0, 4)], [(0, 5)]])
-def test_credit_queue_rejects_bad_parts(parts):
-    with pytest.raises(ValueError, match=r"credit queue 'q': parts .* do not cover the 4-bit "
-                                         r"payload once"):
-        credit_queue(Module(), "q", Signal(), Signal(4), Signal(), Signal(), 3, parts=parts)
-
-
-_PARTS = [(5, 16), (0, 4), (4, 5)]     # a queue per range, out of order
-
-
-@pytest.mark.parametrize("stages, credits, take_rate, seed, parts", [
-    (3, 5, 1.0, 0, None), (3, 5, 0.6, 1, None), (3, 5, 0.1, 2, None), (1, 3, 0.7, 3, None),
-    (3, 8, 0.5, 4, None), (3, 5, 1.0, 5, _PARTS), (3, 5, 0.4, 6, _PARTS),
+@pytest.mark.parametrize("stages, credits, take_rate, seed", [
+    (3, 5, 1.0, 0), (3, 5, 0.6, 1), (3, 5, 0.1, 2), (1, 3, 0.7, 3), (3, 8, 0.5, 4),
 ])
-def test_credit_queue(stages, credits, take_rate, seed, parts):
+def test_credit_queue(stages, credits, take_rate, seed):
     """:func:`hw.fifo.credit_queue` behind a pipeline that never stops and issues against the
     queue's credits, as the feeder does: every beat reaches the consumer once and in order
     while the consumer takes at random, and a consumer that takes every cycle (after a stall
-    of its own that fills the queue) gets a beat every cycle from the first one on; split
-    into ``parts``, the same, every bit in place."""
+    of its own that fills the queue) gets a beat every cycle from the first one on."""
     m = Module()
     want, take, issue = Signal(), Signal(), Signal()
     count = Signal(16)
     pipe = [(Signal(name=f"valid_{i}"), Signal(16, name=f"data_{i}")) for i in range(stages)]
-    out_valid, out_payload, room = credit_queue(m, "q", *pipe[-1], take, issue, credits,
-                                                parts=parts)
+    out_valid, out_payload, room = credit_queue(m, "q", *pipe[-1], take, issue, credits)
     got_valid, got = Signal(), Signal(16)
     m.d.comb += [issue.eq(want & room), got_valid.eq(out_valid), got.eq(out_payload)]
     with m.If(issue):

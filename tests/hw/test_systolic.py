@@ -130,6 +130,88 @@ def test_bubble_free_for_long_tiles(rows, cols, k):
     assert all(offered), f"input waited in {offered.count(0)} of {len(offered)} offered cycles"
 
 
+def run_claimed_tiles(dut, tiles, stall_in, stall_out, name, seed=0, fifo_ok=True):
+    """Like :func:`run_tiles`, with a producer that claims each tile's output room when it
+    issues the tile's ``last`` beat (only while ``claim_ok``) and hands every beat to the array
+    ``claim_lead`` cycles after issuing it, never waiting on ``ready``. Returns the cycles in
+    which a last beat was issued."""
+    beats = [w for a, b in tiles for w in dut.encode_tile(a, b)]
+    last_bit = 1 << (Value.cast(dut.i_stream.payload).shape().width - 1)
+    expected = np.concatenate([matmul_exact(a, b.T) for a, b in tiles])
+    got, finished, issued_last, not_ready = [], [], [], []
+
+    def benches():
+        async def producer(ctx):
+            rng = np.random.default_rng(seed + 1)
+            pipe = [None] * dut.claim_lead
+            index = cycle = 0
+            while index < len(beats) or any(b is not None for b in pipe):
+                beat = None
+                if index < len(beats) and rng.random() >= stall_in:
+                    if not beats[index] & last_bit or ctx.get(dut.claim_ok):
+                        beat, index = beats[index], index + 1
+                is_last = beat is not None and bool(beat & last_bit)
+                if is_last:
+                    issued_last.append(cycle)
+                ctx.set(dut.claim, is_last)
+                pipe.append(beat)
+                head = pipe.pop(0)
+                ctx.set(dut.i_stream.valid, head is not None)
+                ctx.set(Value.cast(dut.i_stream.payload), head or 0)
+                if head is not None and not ctx.get(dut.i_stream.ready):
+                    not_ready.append(cycle)
+                await ctx.tick()
+                cycle += 1
+            ctx.set(dut.claim, 0)
+            ctx.set(dut.i_stream.valid, 0)
+
+        async def consumer(ctx):
+            got.extend(await get_all(ctx, dut.o_stream, len(expected),
+                                     Pattern(stall_out, seed + 2)))
+            finished.append(True)
+        return [producer, consumer]
+
+    cycles = 4 * (len(beats) + len(expected) + 50) / (1 - max(stall_in, stall_out))
+    run_simulation(dut, benches, name, deadline_cycles=int(cycles))
+    assert not not_ready, f"{name}: ready low in cycles {not_ready[:10]}"
+    values, last = dut.decode_rows(got)
+    assert_equal(f"{name} results", expected, values)
+    expected_last = np.tile(np.arange(dut.rows) == dut.rows - 1, len(tiles)).astype(np.int64)
+    assert_equal(f"{name} last", expected_last, last)
+    return issued_last
+
+
+@pytest.mark.parametrize("lead", [0, 3])
+@pytest.mark.parametrize("stall_in,stall_out", STALLS)
+def test_claimed_room(stall_in, stall_out, lead):
+    """With ``claim_lead`` the producer claims each tile's room ahead and the array takes
+    every beat: exact results under random input bubbles and output backpressure, claims at
+    least ``R`` cycles apart, in the registered-DSP timing too; the smallest FIFO (``R``
+    rows) as well."""
+    for dsp, depth in (("infer", None), ("ecp5_registered", None), ("infer", 3)):
+        cfg = config(3, 4, dsp=dsp)
+        dut = SystolicArray.from_config(cfg, claim_lead=lead, fifo_depth=depth)
+        assert dut.i_stream.ready is not None and dut.claim_lead == lead
+        tiles = random_tiles(cfg, 60, seed=31 + lead + int(stall_out * 10))
+        claims = run_claimed_tiles(dut, tiles, stall_in, stall_out,
+                                   f"systolic_claim{lead}_{dsp}_{depth}_{stall_in}_{stall_out}")
+        assert len(claims) == len(tiles)
+        assert min(np.diff(claims)) >= cfg.rows
+
+
+def test_claim_default_fifo_depth():
+    """The default FIFO holds the claim lead's rows more, so that an always-ready consumer
+    never holds up a producer issuing long tiles back to back."""
+    cfg = config(4, 4)
+    plain = SystolicArray.from_config(cfg)
+    dut = SystolicArray.from_config(cfg, claim_lead=3)
+    assert dut.fifo_depth == plain.fifo_depth + 3
+    k = 6
+    tiles = random_tiles(cfg, 30, seed=3, fixed_k=k)
+    claims = run_claimed_tiles(dut, tiles, 0.0, 0.0, "systolic_claim_bubble_free")
+    assert list(np.diff(claims)) == [k] * (len(tiles) - 1)
+
+
 @pytest.mark.parametrize("lutram", [False, True])
 @pytest.mark.parametrize("stall_in,stall_out", [(0.0, 0.0), (0.3, 0.8)])
 def test_smallest_fifo(stall_in, stall_out, lutram):
@@ -285,6 +367,8 @@ def test_encode_decode_helpers():
     (dict(split_acc="yes"), TypeError, "split_acc must be a bool or None, not 'yes'"),
     (dict(lutram_fifo=1), TypeError, "lutram_fifo must be a bool or None, not 1"),
     (dict(floorplan=None), TypeError, "floorplan must be a bool, not None"),
+    (dict(claim_lead=-1), ValueError, "claim_lead must be None or an int >= 0, not -1"),
+    (dict(claim_lead=True), ValueError, "claim_lead must be None or an int >= 0, not True"),
 ])
 def test_invalid_parameters(kwargs, error, message):
     params = dict(rows=2, cols=2, a_bits=12, b_bits=12, acc_bits=30) | kwargs
