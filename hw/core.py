@@ -631,7 +631,16 @@ class AttentionCore(wiring.Component):
         sm_ahead = [Signal(range(slots + 1), name=f"sm_ahead_{u}") for u in range(U)]
         pv_ends = Signal()          # this cycle ends a PV op
         sm_ready = Signal()         # every unit has written the probabilities of the next PV
-        m.d.comb += sm_ready.eq(Cat(ahead != 0 for ahead in sm_ahead).all())
+        # With `feeder_claims` the units' counters take the end of a PV op a cycle late, from a
+        # register (`pv_ended`), and no PV starts in that cycle: on the 16x8 ULX3S device the
+        # end of a PV op (from the issue) went to the eight units' counters, and the LUT they
+        # share sat 33 columns from the issue logic, in the middle of the slowest path.
+        pv_ended, sm_written = pv_ends, Cat(ahead != 0 for ahead in sm_ahead).all()
+        if self.feeder_claims:
+            pv_ended = Signal()
+            m.d.sync += pv_ended.eq(pv_ends)
+            sm_written = sm_written & ~pv_ended
+        m.d.comb += sm_ready.eq(sm_written)
         # output loop
         ot_cb = Signal(range(dmax + 1))
         ot_h, ot_j, ot_base = Signal(range(hmax)), Signal(range(dmax + 1)), Signal(wpt_bits + 1)
@@ -1310,7 +1319,7 @@ class AttentionCore(wiring.Component):
             with m.If(~running):
                 m.d.sync += [po_j.eq(0), po_row.eq(0), p_slot.eq(0), sm_ahead[u].eq(0)]
             with m.Else():
-                m.d.sync += sm_ahead[u].eq(sm_ahead[u] + block_done - pv_ends)
+                m.d.sync += sm_ahead[u].eq(sm_ahead[u] + block_done - pv_ended)
                 with m.If(took_p):
                     with m.If(softmax.o_stream.payload.last):
                         m.d.sync += [po_j.eq(0), po_row.eq(po_row + 1)]

@@ -355,7 +355,9 @@ def test_core_feed_lanes_apart(name, per_lane):
     """With registered reads each lane of the array's beat (R operand rows, C columns) has
     its own copy of the beat's selects, a copy that synthesis keeps
     (:data:`hw.target.KEEP_COPY`), and no queue before the array (the feeder claims the
-    array's output room as it issues: the array takes every beat); elsewhere one select."""
+    array's output room as it issues: the array takes every beat), and the softmax units'
+    counters take the end of a P.V op from a register; elsewhere one select and no such
+    register."""
     import re
 
     from amaranth.back import rtlil
@@ -370,7 +372,12 @@ def test_core_feed_lanes_apart(name, per_lane):
     lanes = [f"a{r}" for r in range(cfg.rows)] + [f"b{c}" for c in range(cfg.cols)]
     sels = {f"f2_sel_{lane}" for lane in lanes}
     assert "feed_q" not in text
+    # the softmax units' counters take the end of a P.V op from a register
+    registers = {"pv_ended"}
+    defined = set(re.findall(r"wire width \d+ \\(\S+)\n", text))
     if per_lane:
         assert sels <= kept, sorted(sels - kept)
+        assert registers <= defined, sorted(registers - defined)
     else:
         assert not kept & sels and "f2_sel_" not in text
+        assert not registers & defined
