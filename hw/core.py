@@ -176,10 +176,10 @@ class AttentionCore(wiring.Component):
 
     @property
     def registered_reads(self) -> bool:
-        """Whether the memory reads take one more register stage (wherever the
-        :attr:`feeder_claims`): the feeder registers each read address at its memory (a copy per
-        bank; on the 16x8 ULX3S device one address net to the 16 X/Q banks had 12 ns of
-        routing), and each softmax feed takes the score words through the score memory's
+        """Whether the memory reads take one more register stage (wherever the feeder
+        claims, :attr:`feeder_claims`): the feeder registers each read address at its memory
+        (a copy per bank; on the 16x8 ULX3S device one address net to the 16 X/Q banks had
+        12 ns of routing), and each softmax feed takes the score words through the score memory's
         output register (:class:`hw.bram.RegisteredMemory`; on the 8x8 device the word
         crossed 53 rows from its block RAM to the selection) and registers the score it
         selected. A cycle more of latency per operation, two per softmax block."""
