@@ -185,6 +185,16 @@ class AttentionCore(wiring.Component):
         selected. A cycle more of latency per operation, two per softmax block."""
         return self.feeder_claims
 
+    @property
+    def params_ahead(self) -> bool:
+        """Whether the writer reads a tile's requantization constants ahead into one of two
+        register sets (wherever the feeder claims, :attr:`feeder_claims`) instead of feeding
+        the requantizers from the constants memory's read port: on the 16x8 ULX3S device that
+        block RAM's output (5.6 ns clock-to-output) ran 44 columns into the requantizers'
+        ``acc + bias``, its slowest path. No cycle is added: the next tile's set is loaded
+        while the current tile is requantized, and the sets change at the tile boundary."""
+        return self.feeder_claims
+
     def requant_multiplier(self, platform) -> str:
         """The requantizers' multiplier on ``platform`` (:class:`hw.requant.Requantizer`):
         ``"ecp5_registered"`` wherever the array's multipliers are (``cfg.dsp``; in simulation
@@ -986,33 +996,48 @@ class AttentionCore(wiring.Component):
         # The writer takes the descriptor at the head of the FIFO into `cur` while it reads
         # that tile's constants (projection and output tiles: per channel, by tile number;
         # scores and P.V: per head); both are held until the tile's last row is requantized.
+        # With `params_ahead` the next tile's descriptor and constants wait in a second set.
         head_desc = data.View(desc_layout, desc.r_data)
-        cur = Signal(desc_layout)
-        cur_valid = Signal()
         c_rd = c_mem.read_port()
         h_rd = h_mem.read_port()
         take_desc = Signal()
-        m.d.comb += take_desc.eq(desc.r_rdy & (~cur_valid | (rq.p_stream.valid
-                                                               & rq.p_stream.ready)))
         m.d.comb += [desc.r_en.eq(take_desc),
                      c_rd.addr.eq(head_desc.tile), c_rd.en.eq(take_desc),
                      h_rd.addr.eq(Cat(head_desc.op == _PV, head_desc.head)),
                      h_rd.en.eq(take_desc)]
-        with m.If(take_desc):
-            m.d.sync += [cur.eq(head_desc), cur_valid.eq(1)]
-        with m.Elif(rq.p_stream.valid & rq.p_stream.ready):
-            m.d.sync += cur_valid.eq(0)
-        per_channel = (cur.op == _PROJ) | (cur.op == _OUT)
-        for g, unit in enumerate(rqs):
-            lanes = range(g * per, (g + 1) * per)
-            m.d.comb += unit.p_stream.valid.eq(cur_valid)
-            for i, c in enumerate(lanes):
+
+        def picked(op):
+            # a tile's constants, one set per output lane, from what was read for its op
+            value = Signal(param_layout(cfg))
+            per_channel = (op == _PROJ) | (op == _OUT)
+            for c in range(C):
                 m.d.comb += [
-                    unit.p_stream.payload.mult[i].eq(Mux(per_channel, c_rd.data.mult[c],
-                                                         h_rd.data.mult)),
-                    unit.p_stream.payload.shift[i].eq(Mux(per_channel, c_rd.data.shift[c],
-                                                          h_rd.data.shift)),
-                    unit.p_stream.payload.bias[i].eq(Mux(per_channel, c_rd.data.bias[c], 0))]
+                    value.mult[c].eq(Mux(per_channel, c_rd.data.mult[c], h_rd.data.mult)),
+                    value.shift[c].eq(Mux(per_channel, c_rd.data.shift[c], h_rd.data.shift)),
+                    value.bias[c].eq(Mux(per_channel, c_rd.data.bias[c], 0))]
+            return value
+
+        switch = Signal()       # the requantizers take their last row of a tile
+        m.d.comb += switch.eq(rq.p_stream.valid & rq.p_stream.ready)
+        if self.params_ahead:
+            cur, cur_valid, unit_params = self._params_ahead(m, desc_layout, desc.r_rdy,
+                                                             head_desc, take_desc, picked,
+                                                             switch)
+        else:
+            cur = Signal(desc_layout)
+            cur_valid = Signal()
+            m.d.comb += take_desc.eq(desc.r_rdy & (~cur_valid | switch))
+            with m.If(take_desc):
+                m.d.sync += [cur.eq(head_desc), cur_valid.eq(1)]
+            with m.Elif(switch):
+                m.d.sync += cur_valid.eq(0)
+            unit_params = [picked(cur.op)] * len(rqs)
+        for g, unit in enumerate(rqs):
+            m.d.comb += unit.p_stream.valid.eq(cur_valid)
+            for i, c in enumerate(range(g * per, (g + 1) * per)):
+                m.d.comb += [unit.p_stream.payload.mult[i].eq(unit_params[g].mult[c]),
+                             unit.p_stream.payload.shift[i].eq(unit_params[g].shift[c]),
+                             unit.p_stream.payload.bias[i].eq(unit_params[g].bias[c])]
 
         ctrl_layout = data.StructLayout({
             "op": unsigned(2), "target": unsigned(2), "token": unsigned(_log2(lmax + R) + 1),
@@ -1351,3 +1376,53 @@ class AttentionCore(wiring.Component):
                       & ~sm_ready):
                 m.d.sync += counters[6].eq(counters[6] + 1)
         return m
+
+    def _params_ahead(self, m, desc_layout, desc_ready, head_desc, take_desc, picked, switch):
+        """The writer's descriptors and constants with :attr:`params_ahead`.
+
+        Two sets (descriptor and constants), used in turn: a descriptor is taken into the set
+        ``fill`` while that set is free, its constants read (one cycle), registered
+        (``staged``, a cycle with no clock enable) and loaded into the set; the requantizers
+        use the set ``sel`` until they take the tile's last row (``switch``), which frees it.
+        Every clock enable comes from a register, and the requantizers' constants from the
+        sets through one multiplexer whose select has a copy per requantizer (KEEP_COPY).
+        Returns the current descriptor, whether its constants are loaded, and the constants
+        each requantizer sees."""
+        cfg, units = self.cfg, self.requant_units
+        sets = [Signal(param_layout(cfg), name=f"params_{s}", reset_less=True) for s in (0, 1)]
+        descs = [Signal(desc_layout, name=f"params_desc_{s}") for s in (0, 1)]
+        busy = [Signal(name=f"params_busy_{s}") for s in (0, 1)]  # taken, not yet freed
+        full = [Signal(name=f"params_full_{s}") for s in (0, 1)]  # loaded, not yet freed
+        fill, sel = Signal(), Signal()
+        m.d.comb += take_desc.eq(desc_ready & ~Mux(fill, busy[1], busy[0]))
+
+        read, read_desc, read_set = Signal(), Signal(desc_layout), Signal()
+        staged = Signal(param_layout(cfg), reset_less=True)
+        staged_valid, staged_desc, staged_set = Signal(), Signal(desc_layout), Signal()
+        m.d.sync += [read.eq(take_desc), staged_valid.eq(read),
+                     staged.eq(picked(read_desc.op)), staged_desc.eq(read_desc),
+                     staged_set.eq(read_set)]
+        with m.If(take_desc):
+            m.d.sync += [read_desc.eq(head_desc), read_set.eq(fill), fill.eq(~fill)]
+        for s in (0, 1):
+            with m.If(take_desc & (fill == s)):
+                m.d.sync += busy[s].eq(1)
+            with m.If(staged_valid & (staged_set == s)):
+                m.d.sync += [sets[s].eq(staged), descs[s].eq(staged_desc), full[s].eq(1)]
+            with m.If(switch & (sel == s)):
+                m.d.sync += [busy[s].eq(0), full[s].eq(0)]
+        with m.If(switch):
+            m.d.sync += sel.eq(~sel)
+
+        unit_params = []
+        for g in range(units):
+            copy = Signal(name=f"params_sel_{g}", attrs={KEEP_COPY: 1})
+            with m.If(switch):
+                m.d.sync += copy.eq(~copy)
+            value = Signal(param_layout(cfg), name=f"params_used_{g}")
+            m.d.comb += value.eq(Mux(copy, sets[1], sets[0]))
+            unit_params.append(value)
+        cur, cur_valid = Signal(desc_layout), Signal()
+        m.d.comb += [cur.eq(Mux(sel, descs[1], descs[0])),
+                     cur_valid.eq(Mux(sel, full[1], full[0]))]
+        return cur, cur_valid, unit_params

@@ -332,6 +332,7 @@ def test_core_probabilities_probe(units):
 @pytest.mark.parametrize("overrides, shape", [
     ({}, (7, 12, 2)), ({}, (1, 16, 1)),
     (dict(rows=8, cols=2, softmax_units=1, max_heads=4), (2, 16, 4)),
+    (dict(requant_units=2, softmax_units=2), (7, 12, 2)),
 ])
 def test_core_with_registered_dsps(overrides, shape):
     """The ECP5 registered-DSP latency (behavioural model) through the whole core, with the
@@ -341,13 +342,16 @@ def test_core_with_registered_dsps(overrides, shape):
     the requantizers: a result row the buffer must keep), and the registered reads
     (:attr:`AttentionCore.registered_reads`): eight rows of two keys for one softmax unit
     keep it from taking every score (it held back half of them), so scores wait in its
-    reader's queue while the reader's stages go on."""
+    reader's queue while the reader's stages go on. Two requantizers of one lane each finish
+    a tile of two rows in two cycles, sooner than the next tile's constants are read ahead
+    (:attr:`AttentionCore.params_ahead`): the requantizers must wait for them."""
     cfg = preset("tiny").replace(dsp="ecp5_registered", **overrides)
     assert AttentionCore(cfg).registered_reads
     qm, xi, expected = layer(cfg, *shape, seed=5, causal=True)
     run = simulate_core(cfg, qm, xi, causal=True, stall=0.3,
                         name=f"core_registered_dsp_{cfg.rows}_{shape[0]}")
     assert_equal("core output y", expected.y, run.y)
+    check_beats(run.counters, CoreShape(cfg, *shape), causal=True)
 
 
 @pytest.mark.parametrize("name, per_lane", [("ulx3s_8x4", True), ("tiny", False)])
@@ -355,9 +359,10 @@ def test_core_feed_lanes_apart(name, per_lane):
     """With registered reads each lane of the array's beat (R operand rows, C columns) has
     its own copy of the beat's selects, a copy that synthesis keeps
     (:data:`hw.target.KEEP_COPY`), and no queue before the array (the feeder claims the
-    array's output room as it issues: the array takes every beat), and the softmax units'
-    counters take the end of a P.V op from a register; elsewhere one select and no such
-    register."""
+    array's output room as it issues: the array takes every beat), the softmax units'
+    counters take the end of a P.V op from a register, and the requantizers take their
+    constants from two register sets read ahead, each requantizer with its own copy of the
+    set's select; elsewhere one select and none of those registers."""
     import re
 
     from amaranth.back import rtlil
@@ -371,13 +376,14 @@ def test_core_feed_lanes_apart(name, per_lane):
     kept = set(re.findall(rf"attribute \\{KEEP_COPY} 1\n\s*wire width \d+ \\(\S+)\n", text))
     lanes = [f"a{r}" for r in range(cfg.rows)] + [f"b{c}" for c in range(cfg.cols)]
     sels = {f"f2_sel_{lane}" for lane in lanes}
+    sels |= {f"params_sel_{g}" for g in range(core.requant_units)}
     assert "feed_q" not in text
     # the softmax units' counters take the end of a P.V op from a register
-    registers = {"pv_ended"}
+    registers = {"pv_ended", "params_0", "params_1"}
     defined = set(re.findall(r"wire width \d+ \\(\S+)\n", text))
     if per_lane:
         assert sels <= kept, sorted(sels - kept)
         assert registers <= defined, sorted(registers - defined)
     else:
-        assert not kept & sels and "f2_sel_" not in text
+        assert not kept & sels and "f2_sel_" not in text and "params_sel_" not in text
         assert not registers & defined
