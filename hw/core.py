@@ -1352,6 +1352,13 @@ class AttentionCore(wiring.Component):
                             m.d.sync += [po_row.eq(0), p_slot.eq(p_slot + 1)]
                     with m.Else():
                         m.d.sync += po_j.eq(po_j + 1)
+        if self.registered_reads:
+            # counted from registered flags, a cycle late (the last softmax beat of a run is
+            # far from its end): on the 8x8 ULX3S device at 8efa2fc the units' handshakes went
+            # into the counter's adder in their cycle, its slowest path (10.3 ns)
+            took = Signal(U, name="sm_took")
+            m.d.sync += took.eq(Cat(*beats))
+            beats = list(took)
         m.d.comb += sm_beats.eq(sum(beats))
 
         # ---- output end and counters ----------------------------------------------------
