@@ -720,8 +720,11 @@ class AttentionCore(wiring.Component):
                 with m.Elif(~pv_end & sm_ready):
                     m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
                                  rem_rows.eq(L - (pv_rb << lr)), v_word.eq(pv_base)]
-                    # (the bound from `pv_rb` itself: `pv_len` may be a cycle behind it here)
-                    start_tile(pv_base, key_bound(pv_rb))
+                    # (the bound from `pv_rb` itself: `pv_len` may be a cycle behind it here,
+                    # except with `feeder_claims`, where no PV starts in the cycle after one
+                    # ended (`pv_ended`): on the 16x8 ULX3S device at 8efbaec the bound from
+                    # `last_rb` into `last` was the slowest path, 14.2 ns)
+                    start_tile(pv_base, pv_len if self.feeder_claims else key_bound(pv_rb))
             with m.Elif(phase_out & ~out_issued):
                 m.d.sync += [cur_op.eq(_OUT), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
