@@ -720,11 +720,8 @@ class AttentionCore(wiring.Component):
                 with m.Elif(~pv_end & sm_ready):
                     m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
                                  rem_rows.eq(L - (pv_rb << lr)), v_word.eq(pv_base)]
-                    # (the bound from `pv_rb` itself: `pv_len` may be a cycle behind it here,
-                    # except with `feeder_claims`, where no PV starts in the cycle after one
-                    # ended (`pv_ended`): on the 16x8 ULX3S device at 8efbaec the bound from
-                    # `last_rb` into `last` was the slowest path, 14.2 ns)
-                    start_tile(pv_base, pv_len if self.feeder_claims else key_bound(pv_rb))
+                    # (the bound from `pv_rb` itself: `pv_len` may be a cycle behind it here)
+                    start_tile(pv_base, key_bound(pv_rb))
             with m.Elif(phase_out & ~out_issued):
                 m.d.sync += [cur_op.eq(_OUT), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
@@ -1355,13 +1352,6 @@ class AttentionCore(wiring.Component):
                             m.d.sync += [po_row.eq(0), p_slot.eq(p_slot + 1)]
                     with m.Else():
                         m.d.sync += po_j.eq(po_j + 1)
-        if self.registered_reads:
-            # counted from registered flags, a cycle late (the last softmax beat of a run is
-            # far from its end): on the 8x8 ULX3S device at 8efa2fc the units' handshakes went
-            # into the counter's adder in their cycle, its slowest path (10.3 ns)
-            took = Signal(U, name="sm_took")
-            m.d.sync += took.eq(Cat(*beats))
-            beats = list(took)
         m.d.comb += sm_beats.eq(sum(beats))
 
         # ---- output end and counters ----------------------------------------------------

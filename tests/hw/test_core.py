@@ -344,9 +344,7 @@ def test_core_with_registered_dsps(overrides, shape):
     keep it from taking every score (it held back half of them), so scores wait in its
     reader's queue while the reader's stages go on. Two requantizers of one lane each finish
     a tile of two rows in two cycles, sooner than the next tile's constants are read ahead
-    (:attr:`AttentionCore.params_ahead`): the requantizers must wait for them. The softmax
-    units' beats (two units in that run) are counted from registered handshakes there, a
-    cycle late: the count is exact."""
+    (:attr:`AttentionCore.params_ahead`): the requantizers must wait for them."""
     cfg = preset("tiny").replace(dsp="ecp5_registered", **overrides)
     assert AttentionCore(cfg).registered_reads
     qm, xi, expected = layer(cfg, *shape, seed=5, causal=True)
