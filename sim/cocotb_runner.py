@@ -68,7 +68,8 @@ def _prepare_verilator() -> str | None:
     flags = os.environ.get("MAKEFLAGS", "")
     for name, value in (("CFG_CXXFLAGS_PCH_I", "-include"), ("PYTHON3", sys.executable)):
         if f"{name}=" not in flags:
-            flags = f"{flags} {name}={value.replace(' ', chr(92) + ' ')}".strip()
+            escaped = value.replace(" ", "\\ ")      # make splits MAKEFLAGS at spaces
+            flags = f"{flags} {name}={escaped}".strip()
     os.environ["MAKEFLAGS"] = flags
     return None
 

@@ -378,7 +378,7 @@ def test_core_feed_lanes_apart(name, per_lane):
     sels = {f"f2_sel_{lane}" for lane in lanes}
     sels |= {f"params_sel_{g}" for g in range(core.requant_units)}
     assert "feed_q" not in text
-    # the softmax units' counters take the end of a P.V op from a register
+    # the P.V end for the softmax units' counters and the two constants sets are registers
     registers = {"pv_ended", "params_0", "params_1"}
     defined = set(re.findall(r"wire width \d+ \\(\S+)\n", text))
     if per_lane:
