@@ -119,6 +119,22 @@ def _kick_combinational(text: str) -> str:
                      text)
 
 
+def _forget_verilation(build_dir: Path) -> None:
+    """Make the next Verilator run in ``build_dir`` translate the Verilog again.
+
+    Verilator skips translation when its list of inputs and outputs
+    (``Vtop__verFiles.dat``) matches; after a build that failed half-way that list can match
+    C++ that never compiled or linked, and every later build then fails the same way (or finds
+    no simulator binary) until the folder is removed."""
+    (build_dir / "Vtop__verFiles.dat").unlink(missing_ok=True)
+
+
+def _log_tail(log: Path, lines: int = 30) -> str:
+    if not log.exists():
+        return "(no log)"
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
 def _failure_summary(log: Path) -> str:
     if not log.exists():
         return "(no log)"
@@ -154,10 +170,18 @@ def run_cocotb(*, sim: str, verilog_file: Path, toplevel: str, test_module: str,
 
     def attempt(with_waves: bool, rebuild: bool = False) -> Path:
         runner = get_runner(sim)
-        runner.build(sources=[verilog_file], hdl_toplevel=toplevel, build_dir=build_dir,
-                     build_args=build_args, waves=with_waves, always=rebuild,
-                     timescale=("1ns", "1ps"),
-                     log_file=build_dir / "build.log")
+        build_log = build_dir / "build.log"
+        if sim == "verilator" and not (build_dir / toplevel).exists():
+            _forget_verilation(build_dir)
+        try:
+            runner.build(sources=[verilog_file], hdl_toplevel=toplevel, build_dir=build_dir,
+                         build_args=build_args, waves=with_waves, always=rebuild,
+                         timescale=("1ns", "1ps"), log_file=build_log)
+        except (RuntimeError, SystemExit) as exc:
+            if sim == "verilator":
+                _forget_verilation(build_dir)
+            raise RuntimeError(f"{sim} could not build {verilog_file} ({exc}); log "
+                               f"{build_log}:\n{_log_tail(build_log)}") from None
         log = build_dir / "test.log"
         try:
             runner.test(hdl_toplevel=toplevel, test_module=test_module, testcase=testcase,

