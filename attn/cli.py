@@ -177,9 +177,9 @@ def cmd_program(args) -> int:
 def cmd_sweep(args) -> int:
     from pathlib import Path
 
-    from boards.build import board_spec
+    from boards.build import board_spec, nextpnr_options
 
-    from .sweep import DEFAULT_ARRAYS, parse_arrays, parse_vary, sweep, write_sweep
+    from .sweep import DEFAULT_ARRAYS, parse_arrays, parse_seeds, parse_vary, sweep, write_sweep
 
     spec = board_spec(args.board)
     cfg = _parse_overrides(preset(args.preset or spec.preset), args.set)
@@ -188,7 +188,8 @@ def cmd_sweep(args) -> int:
     layer = _parse_layer(args.layer)
     out = Path(args.out or f"build/sweep/{spec.name}")
     points = sweep(spec, cfg, arrays, layer, variants=variants, jobs=args.jobs, sim=args.sim,
-                   out_dir=out)
+                   out_dir=out, seeds=parse_seeds(args.seeds),
+                   nextpnr_opts=nextpnr_options(args.placer, args.router))
     paths = write_sweep(points, out, board=spec.name, layer=layer)
     print(paths["md"].read_text())
     print(f"attn sweep: wrote {paths['md']}, {paths['json']} and {paths['png']}")
@@ -421,6 +422,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "e.g. --vary w_bits=6,8")
     sweep.add_argument("--layer", default="64x64x4", metavar="LxDxH",
                        help="layer shape simulated on each point (default 64x64x4)")
+    sweep.add_argument("--seeds", default="1", metavar="S1,S2,...",
+                       help="nextpnr placement seeds: each point is built once per seed and "
+                       "its fmax is their median (default 1)")
+    sweep.add_argument("--placer", choices=PLACERS, default=None,
+                       help="nextpnr's placer (default heap)")
+    sweep.add_argument("--router", choices=ROUTERS, default=None,
+                       help="nextpnr's router (default router1)")
     sweep.add_argument("--jobs", type=int, default=None,
                        help="parallel builds (default: the number of cores)")
     sweep.add_argument("--sim", default="verilator", choices=("verilator", "amaranth"),

@@ -322,6 +322,8 @@ def _families(synth, fmax, out) -> list:
 
 
 def _sweeps(reader, build, out) -> list:
+    from .sweep import fmax_text
+
     lines = []
     for path in sorted((build / "sweep").glob("*/sweep.json")):
         data = reader.load(path, "attn sweep")
@@ -338,7 +340,7 @@ def _sweeps(reader, build, out) -> list:
         for p in points:
             lines.append(f"| {p['array']} | {p['logic']:,}/{p['logic_total']:,} | "
                          f"{p['dsp']}/{p['dsp_total']} | {'yes' if p['fits'] else 'no'} | "
-                         f"{_num(p.get('fmax_mhz'), '.1f')} | {p['cycles']:,} | "
+                         f"{fmax_text(p)} | {p['cycles']:,} | "
                          f"{p['utilization']:.1%} | {_num(p.get('layers_per_s'))} | "
                          f"{'**yes**' if p.get('pareto') else ''} |")
         lines.append("")

@@ -9,11 +9,14 @@ and the attention core of the board's preset with that array and the given overr
 - simulated on a layer shape (Verilator when available, else the Amaranth simulator), checked
   bit-exact against golden/: cycles and MAC utilization.
 
-A build is reused when its folder holds the result of the same configuration (``result.json``),
-so a sweep can be extended or rerun without rebuilding. Throughput is layers per second at the
-achieved fmax. A point is on the Pareto front if no
-other fitting point has at most its logic and more throughput. :func:`write_sweep` writes
-``sweep.json``, ``sweep.md`` and ``sweep.png`` (throughput against logic, front highlighted).
+A build is reused when its folder holds the result of the same configuration, seed and nextpnr
+options (``result.json``), so a sweep can be extended or rerun without rebuilding. With several
+placement seeds (``seeds``) every point is built once per seed and its fmax is the median of
+the seeds that routed, with the lowest and highest beside it: on the large ECP5 designs one
+seed can differ from the next by 10 MHz or more, so a single build says little. Throughput is
+layers per second at the achieved fmax. A point is on the Pareto front if no other fitting
+point has at most its logic and more throughput. :func:`write_sweep` writes ``sweep.json``,
+``sweep.md`` and ``sweep.png`` (throughput against logic, front highlighted).
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["parse_arrays", "parse_vary", "sweep", "pareto_front", "write_sweep", "DEFAULT_ARRAYS"]
+__all__ = ["parse_arrays", "parse_vary", "parse_seeds", "sweep", "combine_seeds", "pareto_front",
+           "fmax_text", "write_sweep", "DEFAULT_ARRAYS"]
 
 #: Arrays swept by default, per FPGA family.
 DEFAULT_ARRAYS = {"ice40": ["1x2", "2x2", "2x4"], "ecp5": ["2x2", "2x4", "4x4", "4x8", "8x8"]}
@@ -46,6 +51,16 @@ def parse_arrays(text: str) -> list:
     return arrays
 
 
+def parse_seeds(text: str) -> list:
+    """``"1,2,3"`` -> ``[1, 2, 3]``: distinct non-negative integers; anything else raises
+    ``ValueError``."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(item.isdigit() for item in items) or len(set(map(int, items))) != len(items):
+        raise ValueError(f"seeds are distinct non-negative integers separated by commas "
+                         f"(e.g. 1,2,3), not {text!r}")
+    return [int(item) for item in items]
+
+
 def _layer(cfg, seq_len, d_model, heads, seed=0):
     from golden import FloatMHA, attention_int, calibrate, make_mask, quantize_input
 
@@ -60,9 +75,10 @@ def _layer(cfg, seq_len, d_model, heads, seed=0):
     return qm, xi, attention_int(cfg, qm, xi, mask).y
 
 
-def _synth_point(board, cfg_dict, name, build_dir):
-    """Worker: one build of the board's whole device with this configuration (runs in its own
-    process): the place-and-route result, or ``{"build_error": ...}``."""
+def _synth_point(board, cfg_dict, name, build_dir, seed=1, nextpnr_opts=""):
+    """Worker: one build of the board's whole device with this configuration, placement seed
+    and nextpnr options (runs in its own process): the place-and-route result, or
+    ``{"build_error": ...}``."""
     from attn.config import AttnConfig
     from boards.build import board_spec
     from boards.synth import SynthError, build_top
@@ -71,24 +87,25 @@ def _synth_point(board, cfg_dict, name, build_dir):
     spec = board_spec(board)
     cfg = AttnConfig.from_dict(cfg_dict)
     cache = Path(build_dir) / "result.json"
+    key = {"config": cfg_dict, "seed": seed, "nextpnr_opts": nextpnr_opts}
     if cache.exists():                 # an earlier sweep built this very configuration
         try:
             cached = json.loads(cache.read_text())
-            if cached.get("config") == cfg_dict:
+            if {k: cached.get(k) for k in key} == key:
                 return cached["report"]
         except (OSError, ValueError, KeyError):
             pass
     try:
         report = build_top(BoardTop(spec, cfg), family=spec.family, name=name, dsp=True,
                            check=False, build_dir=build_dir, platform=spec.platform(),
-                           log=None)
+                           seed=seed, nextpnr_opts=nextpnr_opts, log=None)
     except SynthError:
         rpt = Path(build_dir) / f"{name}.rpt"
         lines = rpt.read_text(errors="replace").splitlines() if rpt.exists() else []
         return {"build_error": next((line for line in lines if line.startswith("ERROR")),
                                     "Yosys failed")}
     result = report.as_dict()
-    cache.write_text(json.dumps({"config": cfg_dict, "report": result}, default=float))
+    cache.write_text(json.dumps({**key, "report": result}, default=float))
     return result
 
 
@@ -129,13 +146,19 @@ def parse_vary(items, base_cfg) -> list:
 
 
 def sweep(spec, base_cfg, arrays, layer, *, variants=({},), jobs: int | None = None,
-          sim: str = "verilator", out_dir, log=print) -> list:
+          sim: str = "verilator", out_dir, seeds=(1,), nextpnr_opts: str = "",
+          log=print) -> list:
     """Sweep ``arrays`` (times each dict of field changes in ``variants``) on board ``spec``
-    from ``base_cfg``; return one dict per point."""
+    from ``base_cfg``, each built once per placement seed in ``seeds`` with the extra
+    ``nextpnr_opts`` (:func:`boards.build.nextpnr_options`); return one dict per point
+    (:func:`combine_seeds` gives its build figures)."""
     from hw.core import AttentionCore
 
     say = log or (lambda line: None)
     out_dir = Path(out_dir)
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("a sweep needs at least one seed")
     base_cfg.check_shape(*layer)
     configs, labels = [], {}
     for changes in variants:
@@ -148,49 +171,75 @@ def sweep(spec, base_cfg, arrays, layer, *, variants=({},), jobs: int | None = N
             labels[cfg.name] = " ".join([f"{rows}x{cols}"]
                                         + [f"{k}={v}" for k, v in changes.items()])
     jobs = jobs or os.cpu_count() or 1
-    say(f"attn sweep: {len(configs)} builds on {spec.family} ({jobs} at a time), then "
+    builds = len(configs) * len(seeds)
+    say(f"attn sweep: {builds} builds on {spec.family} ({jobs} at a time), then "
         f"{len(configs)} simulations of L={layer[0]} D={layer[1]} H={layer[2]} on {sim}")
-    synth = {}
+    synth = {cfg.name: {} for cfg in configs}
     start = time.monotonic()
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_synth_point, spec.name, cfg.to_dict(), f"sweep_{cfg.name}",
-                               str(out_dir / "synth" / cfg.name)): cfg
-                   for cfg in configs}
+        futures = {}
+        for cfg in configs:
+            for seed in seeds:
+                folder = out_dir / "synth" / (cfg.name if seed == 1 else f"{cfg.name}_seed{seed}")
+                future = pool.submit(_synth_point, spec.name, cfg.to_dict(), f"sweep_{cfg.name}",
+                                     str(folder), seed, nextpnr_opts)
+                futures[future] = (cfg, seed)
         for done, future in enumerate(as_completed(futures), 1):
-            cfg = futures[future]
+            cfg, seed = futures[future]
             report = future.result()
-            synth[cfg.name] = report
+            synth[cfg.name][seed] = report
+            what = labels[cfg.name] + (f" seed {seed}" if len(seeds) > 1 else "")
             if "build_error" in report:
-                say(f"attn sweep: [{done}/{len(configs)}] {labels[cfg.name]}: the build "
-                    f"failed: {report['build_error']}")
+                say(f"attn sweep: [{done}/{builds}] {what}: the build failed: "
+                    f"{report['build_error']}")
                 continue
             fmax = f"{report['fmax_mhz']:.1f} MHz" if report["fmax_mhz"] else "no fmax"
-            say(f"attn sweep: [{done}/{len(configs)}] {labels[cfg.name]} built in "
+            say(f"attn sweep: [{done}/{builds}] {what} built in "
                 f"{report['seconds']:.0f} s: {report['lut']:,}/{report['lut_total']:,} logic, "
                 f"{report['dsp']}/{report['dsp_total']} DSP, "
                 f"{'fits' if report['routed'] else 'does NOT fit'}, {fmax} "
                 f"({time.monotonic() - start:.0f} s elapsed)")
     points = []
     for index, cfg in enumerate(configs, 1):
-        report = synth[cfg.name]
-        if "build_error" in report:
+        reports = synth[cfg.name]
+        if any("build_error" in report for report in reports.values()):
             continue
+        built = combine_seeds(reports)
         cycles, ideal = _cycles(cfg, layer, sim)
-        fmax = report["fmax_mhz"] if report["routed"] else None
+        fmax = built["fmax_mhz"]
         latency_us = cycles / fmax if fmax else None
         points.append(dict(
-            array=labels[cfg.name], rows=cfg.rows, cols=cfg.cols, pes=cfg.pes,
-            logic=report["lut"], logic_total=report["lut_total"], ff=report["ff"],
-            dsp=report["dsp"], dsp_total=report["dsp_total"], bram=report["bram"],
-            bram_total=report["bram_total"], fits=bool(report["routed"]), fmax_mhz=fmax,
+            array=labels[cfg.name], rows=cfg.rows, cols=cfg.cols, pes=cfg.pes, **built,
             cycles=cycles, utilization=ideal / cycles, latency_us=latency_us,
             layers_per_s=1e6 / latency_us if latency_us else None,
-            build_seconds=report["seconds"], config=cfg.to_dict()))
+            nextpnr_opts=nextpnr_opts, config=cfg.to_dict()))
         say(f"attn sweep: [{index}/{len(configs)}] {labels[cfg.name]} simulated: "
             f"{cycles:,} cycles ({ideal / cycles:.1%} utilization)")
     for point, front in zip(points, pareto_front(points), strict=True):
         point["pareto"] = front
     return points
+
+
+def combine_seeds(reports: dict) -> dict:
+    """The build figures of one point from its builds ``{seed: report}`` (the seeds place
+    and route one netlist): its resources (the first seed's), ``fits`` if any seed routed,
+    ``fmax_mhz`` the median fmax of the seeds that routed (``None`` if none did) with
+    ``fmax_min_mhz`` and ``fmax_max_mhz``, ``fmax_by_seed`` (``None`` for a seed that did not
+    route) and the build seconds of all seeds together."""
+    if not reports:
+        raise ValueError("no builds to combine")
+    seeds = sorted(reports)
+    first = reports[seeds[0]]
+    by_seed = {seed: reports[seed]["fmax_mhz"] if reports[seed]["routed"] else None
+               for seed in seeds}
+    routed = [fmax for fmax in by_seed.values() if fmax]
+    return dict(
+        logic=first["lut"], logic_total=first["lut_total"], ff=first["ff"], dsp=first["dsp"],
+        dsp_total=first["dsp_total"], bram=first["bram"], bram_total=first["bram_total"],
+        fits=bool(routed), fmax_mhz=statistics.median(routed) if routed else None,
+        fmax_min_mhz=min(routed, default=None), fmax_max_mhz=max(routed, default=None),
+        seeds=seeds, fmax_by_seed=by_seed,
+        build_seconds=sum(reports[seed]["seconds"] for seed in seeds))
 
 
 def pareto_front(points) -> list:
@@ -210,6 +259,22 @@ def pareto_front(points) -> list:
     return flags
 
 
+def fmax_text(point: dict) -> str:
+    """A point's fmax in MHz for a table: ``"—"`` if it has none; the median and, over several
+    seeds, the lowest and highest and how many seeds routed: ``"66.6 (52.8–70.6, 3/3 seeds)"``."""
+    fmax = point.get("fmax_mhz")
+    if not fmax:
+        return "—"
+    text = f"{fmax:.1f}"
+    seeds, by_seed = point.get("seeds"), point.get("fmax_by_seed")
+    low, high = point.get("fmax_min_mhz"), point.get("fmax_max_mhz")
+    if isinstance(seeds, list) and len(seeds) > 1 and isinstance(by_seed, dict) \
+            and all(isinstance(v, (int, float)) and v for v in (low, high)):
+        routed = sum(1 for value in by_seed.values() if value)
+        text += f" ({low:.1f}–{high:.1f}, {routed}/{len(seeds)} seeds)"
+    return text
+
+
 def write_sweep(points, out_dir, *, board: str, layer) -> dict:
     """Write ``sweep.json``, ``sweep.md`` and ``sweep.png`` into ``out_dir``; return paths."""
     out = Path(out_dir)
@@ -218,11 +283,18 @@ def write_sweep(points, out_dir, *, board: str, layer) -> dict:
     paths = {"json": out / "sweep.json", "md": out / "sweep.md", "png": out / "sweep.png"}
     paths["json"].write_text(json.dumps({"board": board, "layer": list(layer),
                                          "points": points}, indent=2) + "\n")
-    lines = [f"# Design-space sweep: {board}, layer {shape}", "",
-             "| array | PEs | logic | DSP | BRAM | fits | fmax MHz | cycles | util | "
-             "latency µs | layers/s | Pareto |", "|" + "---|" * 12]
+    lines = [f"# Design-space sweep: {board}, layer {shape}", ""]
+    seeds = sorted({seed for p in points for seed in p.get("seeds", [1])})
+    options = sorted({p.get("nextpnr_opts", "") for p in points} - {""})
+    if seeds != [1] or options:
+        lines += [f"Placement seeds {', '.join(map(str, seeds))}"
+                  + (" (fmax: the median of the seeds that routed, lowest–highest beside it)"
+                     if len(seeds) > 1 else "")
+                  + (f"; nextpnr {'; '.join(options)}" if options else "") + ".", ""]
+    lines += ["| array | PEs | logic | DSP | BRAM | fits | fmax MHz | cycles | util | "
+              "latency µs | layers/s | Pareto |", "|" + "---|" * 12]
     for p in points:
-        fmax = f"{p['fmax_mhz']:.1f}" if p["fmax_mhz"] else "—"
+        fmax = fmax_text(p)
         latency = f"{p['latency_us']:.0f}" if p["latency_us"] else "—"
         rate = f"{p['layers_per_s']:,.0f}" if p["layers_per_s"] else "—"
         lines.append(f"| {p['array']} | {p['pes']} | {p['logic']:,}/{p['logic_total']:,} | "

@@ -22,7 +22,7 @@ from pathlib import Path
 from .synth import build_top
 
 __all__ = ["BOARDS", "board_spec", "build_board", "program_board", "BuildFailed",
-           "report_markdown", "BUILD", "PLACERS", "ROUTERS"]
+           "report_markdown", "nextpnr_options", "BUILD", "PLACERS", "ROUTERS"]
 
 BUILD = Path("build") / "boards"
 #: nextpnr's placers (``--placer``), its default first.
@@ -67,6 +67,17 @@ def _bitstream_name(spec) -> str:
     return "attn.bin" if spec.family == "ice40" else "attn.bit"
 
 
+def nextpnr_options(placer: str | None = None, router: str | None = None) -> str:
+    """nextpnr's options choosing ``placer`` (one of :data:`PLACERS`) and ``router`` (one of
+    :data:`ROUTERS`); ``None`` leaves nextpnr's default. Other names raise ``ValueError``."""
+    chosen = {"placer": placer, "router": router}
+    for what, value in chosen.items():
+        choices = _NEXTPNR_CHOICES[what]
+        if value is not None and value not in choices:
+            raise ValueError(f"{what} must be one of {', '.join(choices)}, not {value!r}")
+    return " ".join(f"--{what} {value}" for what, value in chosen.items() if value)
+
+
 def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None = None,
                 seed: int = 1, placer: str | None = None, router: str | None = None,
                 out_dir=None,
@@ -82,10 +93,7 @@ def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None =
     16x8 ULX3S device in 14 minutes with a third less wire than heap's 33.
     """
     chosen = {"placer": placer, "router": router}
-    for what, value in chosen.items():
-        choices = _NEXTPNR_CHOICES[what]
-        if value is not None and value not in choices:
-            raise ValueError(f"{what} must be one of {', '.join(choices)}, not {value!r}")
+    nextpnr_opts = nextpnr_options(**chosen)
     from boards.top import BoardTop
     from hw.device import DeviceMap
 
@@ -100,8 +108,7 @@ def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None =
         "designs, much longer for large ECP5 ones)")
     synth = build_top(top, family=spec.family, name="attn", build_dir=out / "work",
                       seed=seed,
-                      nextpnr_opts=" ".join(f"--{what} {value}"
-                                            for what, value in chosen.items() if value),
+                      nextpnr_opts=nextpnr_opts,
                       dsp=True, bitstream=True, check=False,
                       platform=spec.platform(), log=log)
     bitstream = None

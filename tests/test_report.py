@@ -58,7 +58,13 @@ def _results(build):
     _write(build / "sweep" / "ulx3s" / "sweep.json", {"board": "ulx3s", "points": [
         dict(array="4x4", pes=16, logic=17000, logic_total=83640, dsp=32, dsp_total=156,
              bram=56, bram_total=208, fits=True, fmax_mhz=55.0, cycles=99055,
-             utilization=0.99, latency_us=1800.0, layers_per_s=555.0, pareto=True)]})
+             utilization=0.99, latency_us=1800.0, layers_per_s=555.0, pareto=True),
+        dict(array="16x8", pes=128, logic=43497, logic_total=83640, dsp=152, dsp_total=156,
+             bram=147, bram_total=208, fits=True, fmax_mhz=69.1, fmax_min_mhz=52.8,
+             fmax_max_mhz=70.6, seeds=[1, 2, 3], fmax_by_seed={"1": 70.6, "2": 69.1,
+                                                                "3": 52.8},
+             cycles=11699, utilization=1.05, latency_us=169.3, layers_per_s=5906.0,
+             pareto=True)]})
 
 
 def test_report_from_results(tmp_path):
@@ -85,6 +91,8 @@ def test_report_from_results(tmp_path):
     assert "| softmax_ulx3s | bench.softmax | 2,500/83,640 | 2,490 |" in ecp5
     assert "| softmax_big | bench.softmax | 99,000/83,640 |" in ecp5 and "| **no** |" in ecp5
     assert "ulx3s 61.5 MHz" in report
+    assert "| 16x8 | 43,497/83,640 | 152/156 | yes | 69.1 (52.8–70.6, 3/3 seeds) | 11,699 |" \
+        in report
     assert "| 4x4 | 17,000/83,640 | 32/156 | yes | 55.0 | 99,055 | 99.0% | 555 | **yes** |" \
         in report
     assert "## Notes" not in report                # everything was there and well formed

