@@ -12,6 +12,7 @@ from attn.sweep import (
     parse_arrays,
     parse_seeds,
     parse_vary,
+    point_config,
     sweep,
     write_sweep,
 )
@@ -35,6 +36,17 @@ def test_parse_vary():
     for bad in ("rows=2,4", "colour=1", "w_bits", "exp_mode=1", "w_bits=6,x"):
         with pytest.raises(ValueError, match="--vary"):
             parse_vary([bad], cfg)
+
+
+def test_point_config():
+    """The point that changes nothing is the base configuration itself, name included (the
+    name is in the device's identification ROM: a renamed copy is another netlist)."""
+    base = preset("ulx3s_16x8")
+    assert point_config(base, 16, 8, {}) == base
+    assert point_config(base, 16, 8, {"w_bits": 8}) == base
+    assert point_config(base, 8, 8, {}) == base.replace(rows=8, name="ulx3s_16x8_8x8")
+    assert point_config(base, 16, 8, {"w_bits": 6}) == base.replace(
+        w_bits=6, name="ulx3s_16x8_16x8_w_bits6")
 
 
 def test_parse_seeds():
@@ -152,7 +164,7 @@ def test_real_sweep_seeds(tmp_path):
     assert sorted(point["fmax_by_seed"].values()) == [point["fmax_min_mhz"],
                                                       point["fmax_max_mhz"]]
     results = sorted(tmp_path.glob("synth/*/result.json"))
-    assert [p.parent.name for p in results] == ["tiny_2x2", "tiny_2x2_seed2"]
+    assert [p.parent.name for p in results] == ["tiny", "tiny_seed2"]   # tiny's own array
     assert [json.loads(p.read_text())["seed"] for p in results] == [1, 2]
     stamps = [p.stat().st_mtime_ns for p in results]
     again, = sweep(board_spec("ulx3s"), _tiny_registered(), [(2, 2)], (8, 16, 2), **run)
