@@ -78,7 +78,7 @@ from amaranth.lib.wiring import In, Out
 from .dsp import DSP_LATENCY, check_bits
 from .floorplan import array_sites
 from .pe import CONTROL, ProcessingElement
-from .target import is_ecp5
+from .target import KEEP_COPY, is_ecp5
 
 __all__ = ["SystolicArray", "input_layout", "output_layout"]
 
@@ -346,7 +346,15 @@ class SystolicArray(wiring.Component):
         # written it, and all columns read the same address. One memory per column keeps
         # each next to its column of PEs instead of gathering R x C results in one place.
         mem_depth = 1 << max(1, (depth - 1).bit_length())
-        r_addr = Signal(range(mem_depth))
+        # With LUT RAM (read asynchronously) every column reads at its own copy of the read
+        # address, kept apart by synthesis (KEEP_COPY) and so placed beside the column's
+        # memory: on the 16x8 ULX3S device one shared register sat 45 columns away from
+        # column 0's memory (9.9 ns of routing, the slowest path at seed 2).
+        if self.lutram_fifo:
+            r_addrs = [Signal(range(mem_depth), name=f"r_addr_{c}", attrs={KEEP_COPY: 1})
+                       for c in range(cols)]
+        else:
+            r_addrs = [Signal(range(mem_depth), name="r_addr")] * cols
         read = Signal()
         m.d.comb += read.eq(self.o_stream.valid & self.o_stream.ready)
         row_valid = Signal()      # the last column writes a row in this cycle
@@ -381,7 +389,7 @@ class SystolicArray(wiring.Component):
             else:
                 r_port = mem.read_port(transparent_for=())
                 m.d.comb += r_port.en.eq(load)
-            m.d.comb += r_port.addr.eq(r_addr)
+            m.d.comb += r_port.addr.eq(r_addrs[c])
             columns.append(r_port.data)
         m.d.comb += self.o_stream.payload.eq(Cat(*columns))   # acc[0..C-1], then last
 
@@ -392,14 +400,14 @@ class SystolicArray(wiring.Component):
         if self.lutram_fifo:
             m.d.comb += self.o_stream.valid.eq(stored != 0)
             with m.If(read):
-                m.d.sync += r_addr.eq(r_addr + 1)
+                m.d.sync += [copy.eq(copy + 1) for copy in r_addrs]
             m.d.sync += stored.eq(stored + row_valid - read)
         else:
             out_valid = Signal()                   # the read ports' data hold an unread row
             m.d.comb += [load.eq((stored != 0) & (~out_valid | self.o_stream.ready)),
                          self.o_stream.valid.eq(out_valid)]
             with m.If(load):
-                m.d.sync += [r_addr.eq(r_addr + 1), out_valid.eq(1)]
+                m.d.sync += [r_addrs[0].eq(r_addrs[0] + 1), out_valid.eq(1)]
             with m.Elif(self.o_stream.ready):
                 m.d.sync += out_valid.eq(0)
             m.d.sync += stored.eq(stored + row_valid - load)

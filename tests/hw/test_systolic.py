@@ -232,6 +232,28 @@ def test_lutram_fifo(stall_in, stall_out):
     run_tiles(dut, tiles, stall_in, stall_out, f"systolic_lutram_{stall_in}_{stall_out}")
 
 
+@pytest.mark.parametrize("lutram", [False, True])
+def test_read_address_per_column(lutram):
+    """With the LUT RAM FIFO every column's memory reads at its own copy of the read address,
+    a copy synthesis keeps (:data:`hw.target.KEEP_COPY`); with read ports one shared register.
+    (That every copy advances is what test_lutram_fifo's results check.)"""
+    import re
+
+    from amaranth.back import rtlil
+
+    from hw.target import KEEP_COPY
+
+    cfg = config(3, 4)
+    text = rtlil.convert(SystolicArray.from_config(cfg, lutram_fifo=lutram))
+    kept = set(re.findall(rf"attribute \\{KEEP_COPY} 1\n\s*wire width \d+ \\(\S+)\n", text))
+    copies = {f"r_addr_{c}" for c in range(cfg.cols)}
+    if lutram:
+        assert copies <= kept, sorted(copies - kept)
+        assert not re.search(r"wire width \d+ \\r_addr\n", text)
+    else:
+        assert not kept & copies and re.search(r"wire width \d+ \\r_addr\n", text)
+
+
 @pytest.mark.parametrize("dsp,lutram", [("infer", False), ("infer", True),
                                         ("ecp5_registered", None)])
 def test_latency_is_as_documented(dsp, lutram):
