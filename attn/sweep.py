@@ -92,7 +92,7 @@ def _synth_point(board, cfg_dict, name, build_dir, seed=1, nextpnr_opts=""):
         try:
             cached = json.loads(cache.read_text())
             if {k: cached.get(k) for k in key} == key:
-                return cached["report"]
+                return {**cached["report"], "reused": True}
         except (OSError, ValueError, KeyError):
             pass
     try:
@@ -206,8 +206,11 @@ def sweep(spec, base_cfg, arrays, layer, *, variants=({},), jobs: int | None = N
                     f"{report['build_error']}")
                 continue
             fmax = f"{report['fmax_mhz']:.1f} MHz" if report["fmax_mhz"] else "no fmax"
-            say(f"attn sweep: [{done}/{builds}] {what} built in "
-                f"{report['seconds']:.0f} s: {report['lut']:,}/{report['lut_total']:,} logic, "
+            took = f"built in {report['seconds']:.0f} s"
+            if report.get("reused"):
+                took = f"reused ({took})"
+            say(f"attn sweep: [{done}/{builds}] {what} {took}: "
+                f"{report['lut']:,}/{report['lut_total']:,} logic, "
                 f"{report['dsp']}/{report['dsp_total']} DSP, "
                 f"{'fits' if report['routed'] else 'does NOT fit'}, {fmax} "
                 f"({time.monotonic() - start:.0f} s elapsed)")

@@ -167,6 +167,9 @@ def test_real_sweep_seeds(tmp_path):
     assert [p.parent.name for p in results] == ["tiny", "tiny_seed2"]   # tiny's own array
     assert [json.loads(p.read_text())["seed"] for p in results] == [1, 2]
     stamps = [p.stat().st_mtime_ns for p in results]
-    again, = sweep(board_spec("ulx3s"), _tiny_registered(), [(2, 2)], (8, 16, 2), **run)
+    said = []
+    again, = sweep(board_spec("ulx3s"), _tiny_registered(), [(2, 2)], (8, 16, 2),
+                   **(run | {"log": said.append}))
     assert again["fmax_by_seed"] == point["fmax_by_seed"]
+    assert sum("reused (built in" in line for line in said) == 2, said
     assert [p.stat().st_mtime_ns for p in results] == stamps
