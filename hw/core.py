@@ -344,7 +344,18 @@ class AttentionCore(wiring.Component):
         for name, units in (("xq", xq_bank), ("k", k_bank), ("serializer", serializer)):
             for i, unit in enumerate(units):
                 m.submodules[f"{name}_{i}"] = unit
-        v_mem = mem("v", qkv_lanes, lmax * stride)
+        # V: with `registered_reads` a memory per lane read through the block RAM's output
+        # register (:class:`hw.bram.RegisteredMemory`), which is then F1's `v_q`: on the 8x4
+        # ULX3S device the one V block RAM's data (5.8 ns after the clock) crossed 39 rows to
+        # `v_q`, its slowest path (11.1 ns). Per lane, because lanes are written one mask bit
+        # each (a DP16KD has no 16-bit write enables).
+        if self.registered_reads:
+            v_lane_mem = [RegisteredMemory(width=cfg.qkv_bits, depth=lmax * stride,
+                                           name=f"v_{c}") for c in range(C)]
+            for c, memory in enumerate(v_lane_mem):
+                m.submodules[f"v_{c}"] = memory
+        else:
+            v_mem = mem("v", qkv_lanes, lmax * stride)
 
         def at(block, word):
             """Address of ``word`` of token (or token block) ``block``."""
@@ -906,7 +917,8 @@ class AttentionCore(wiring.Component):
         m.d.comb += [wb_r.addr.eq(read_address(k, "w_raddr")), wb_r.en.eq(adv)]
 
         p_rd = [p_mem[r].read_port() for r in range(R)]
-        v_rd = v_mem.read_port()
+        if not self.registered_reads:
+            v_rd = v_mem.read_port()
         xq_addr, k_addr = Signal(len(xq_bank[0].r_addr)), Signal(len(k_bank[0].r_addr))
         m.d.comb += [xq_addr.eq(Cat(k_lane[:lc], a_base + k_word)),
                      k_addr.eq(Cat(k_lane[:lc], k_base + k_word))]
@@ -920,8 +932,12 @@ class AttentionCore(wiring.Component):
         for c in range(C):
             m.d.comb += [k_bank[c].r_addr.eq(read_address(k_addr, f"k_raddr_{c}")),
                          k_bank[c].r_en.eq(adv)]
-        m.d.comb += [v_rd.addr.eq(read_address(at(k, v_word), "v_raddr")),
-                     v_rd.en.eq(adv)]
+        if self.registered_reads:
+            for c, memory in enumerate(v_lane_mem):
+                m.d.comb += [memory.r_addr.eq(read_address(at(k, v_word), f"v_raddr_{c}")),
+                             memory.r_en.eq(adv)]
+        else:
+            m.d.comb += [v_rd.addr.eq(at(k, v_word)), v_rd.en.eq(adv)]
 
         # F1: the memories' words into registers (data without a reset: `f2_valid` says
         # whether they hold anything, and the core's reset net stays short)
@@ -931,10 +947,17 @@ class AttentionCore(wiring.Component):
         p_q = [Signal.like(p_rd[r].data, name=f"p_q_{r}", reset_less=True) for r in range(R)]
         k_q = [Signal.like(k_bank[c].r_data, name=f"k_q_{c}", reset_less=True)
                for c in range(C)]
-        v_q, wb_q, f2_w = (Signal.like(v, name=name, reset_less=True) for v, name in
-                           ((v_rd.data, "v_q"), (wb_r.data, "wb_q"), (f1_w, "f2_w")))
+        wb_q, f2_w = (Signal.like(v, name=name, reset_less=True) for v, name in
+                      ((wb_r.data, "wb_q"), (f1_w, "f2_w")))
+        if self.registered_reads:
+            # the memories' output registers (`adv` is always high here)
+            v_q = [memory.r_data.as_signed() for memory in v_lane_mem]
+        else:
+            v_q = Signal.like(v_rd.data, name="v_q", reset_less=True)
+            with m.If(adv):
+                m.d.sync += v_q.eq(v_rd.data)
         with m.If(adv):
-            m.d.sync += [f2.eq(f1), v_q.eq(v_rd.data), wb_q.eq(wb_r.data), f2_w.eq(f1_w)]
+            m.d.sync += [f2.eq(f1), wb_q.eq(wb_r.data), f2_w.eq(f1_w)]
             m.d.sync += [q.eq(word) for q, word in zip(
                 xq_q + p_q + k_q, [b.r_data for b in xq_bank] + [port.data for port in p_rd]
                 + [b.r_data for b in k_bank])]
@@ -1198,11 +1221,29 @@ class AttentionCore(wiring.Component):
                     m.d.comb += [bank[b].d_addr.eq(unit.addr), bank[b].d_data.eq(unit.data),
                                  bank[b].d_en.eq(unit.en
                                                  & (unit.tag == (b >> ls | is_k << sel_bits)))]
-        port = v_mem.write_port(granularity=1)
-        m.d.comb += [port.addr.eq(at(token, ctrl.hword)),
-                     port.data.eq(lanes_of(cfg.qkv_bits)),
-                     port.en.eq(Mux(wr & (ctrl.op == _PROJ) & (ctrl.target == 2),
-                                    ctrl.cols, 0))]
+        v_wr = wr & (ctrl.op == _PROJ) & (ctrl.target == 2)
+        if self.registered_reads:
+            # each lane's write from registers of its own, beside its block RAMs (on the 8x4
+            # ULX3S device, once V was read through the output registers, the clamped result
+            # crossed 37 rows to a V block RAM's data input: 10.1 ns, the slowest path). A V
+            # word then lands a cycle after its row retires; the first P.V op reads V after
+            # an S op and its softmax block, long after the projections' last row.
+            for c, memory in enumerate(v_lane_mem):
+                w_addr, w_data = (Signal.like(port, name=f"v_{what}_{c}", reset_less=True,
+                                              attrs={KEEP_COPY: 1})
+                                  for port, what in ((memory.w_addr, "w_addr_q"),
+                                                     (memory.w_data, "w_data_q")))
+                w_en = Signal(name=f"v_w_en_q_{c}", attrs={KEEP_COPY: 1})
+                m.d.sync += [w_addr.eq(at(token, ctrl.hword)),
+                             w_data.eq(clamp(res[c], cfg.qkv_bits)),
+                             w_en.eq(v_wr & ctrl.cols[c])]
+                m.d.comb += [memory.w_addr.eq(w_addr), memory.w_data.eq(w_data),
+                             memory.w_en.eq(w_en)]
+        else:
+            port = v_mem.write_port(granularity=1)
+            m.d.comb += [port.addr.eq(at(token, ctrl.hword)),
+                         port.data.eq(lanes_of(cfg.qkv_bits)),
+                         port.en.eq(Mux(v_wr, ctrl.cols, 0))]
         # With `registered_reads` the score writes reach the block RAMs from registers (on
         # the 8x8 ULX3S device the writer's retire -> a score block RAM's write enable crossed
         # the die, 11.5 ns). A block's last word then lands the cycle after `s_drained`

@@ -4,9 +4,11 @@ back-to-back runs, a reset in the middle of a run, and three simulators."""
 import numpy as np
 import pytest
 from amaranth.hdl import Module, ResetInserter, Signal, Value
+from amaranth.lib.memory import Memory
 
 from attn import preset
 from golden import attention_int, calibrate, make_mask, quantize_input
+from hw.bram import RegisteredMemory
 from hw.core import AttentionCore
 from hw.core_io import CoreShape, collect_output, core_streams
 from sim import core_sim
@@ -297,6 +299,39 @@ def test_core_memory_mapping(device, family, params_ram):
         assert params == {"lut": "distributed", "block": "block"}[params_ram]
     else:
         assert probs == [None] * cfg.rows and params is None
+
+
+@pytest.mark.parametrize("name", ["ulx3s_8x4", "tiny"])
+def test_core_v_through_output_registers(name):
+    """With registered reads V is a memory per lane read through its block RAM's output
+    register (:class:`hw.bram.RegisteredMemory`, DP16KD on ECP5), each at its own copy of the
+    read address and written from its own registers (kept by synthesis), and that output
+    register is the beat's V operand (no ``v_q`` after it); elsewhere one memory of C lanes
+    and a ``v_q`` register."""
+    import re
+
+    from amaranth.back import rtlil
+
+    from hw.target import KEEP_COPY
+
+    cfg = preset(name)
+    core = AttentionCore(cfg)
+    platform = _Platform("LFE5U-85F", "ecp5")
+    m = core.elaborate(platform)
+    text = rtlil.convert(core, platform=platform)
+    defined = set(re.findall(r"wire width \d+ \\(\S+)\n", text))
+    kept = set(re.findall(rf"attribute \\{KEEP_COPY} 1\n\s*wire width \d+ \\(\S+)\n", text))
+    copies = {f"v_{what}_{c}" for c in range(cfg.cols)
+              for what in ("raddr", "w_addr_q", "w_data_q", "w_en_q")}
+    if core.registered_reads:
+        lanes = [m.submodules[f"v_{c}"] for c in range(cfg.cols)]
+        assert all(isinstance(lane, RegisteredMemory) and lane.width == cfg.qkv_bits
+                   for lane in lanes)
+        assert copies <= kept, sorted(copies - kept)
+        assert "v_q" not in defined
+    else:
+        assert isinstance(m.submodules["v"], Memory)
+        assert "v_q" in defined and not copies & defined
 
 
 @pytest.mark.parametrize("sim,name,shape,stall", [
