@@ -34,18 +34,25 @@ def register_buffer(m, name, valid, payload, take):
     ready, all three registers: a beat goes to the output register (``name``) when that is
     free or taken this cycle, else to the spare register, which refills the output register
     first. A cycle more of latency than a skid register (which passes a beat on in its
-    cycle), none of throughput."""
+    cycle), none of throughput.
+
+    The spare register's data loads in every cycle it is empty (only its flag depends on
+    ``take``), so ``take``, which may come from far away, drives the output register's enable
+    and two flags, not the enable of the spare's bits: on the 16x8 ULX3S device the array's
+    result rows (163 bits) waited on the requantizers' ready there (12.5 ns)."""
     main = Signal(payload.shape(), name=name, reset_less=True)
     main_valid = Signal(name=f"{name}_valid")
     spare = Signal(payload.shape(), name=f"{name}_spare", reset_less=True)
     spare_valid = Signal(name=f"{name}_spare_valid")
+    with m.If(~spare_valid):
+        m.d.sync += spare.eq(payload)
     with m.If(~main_valid | take):
         with m.If(spare_valid):      # (no beat enters while the spare register is full)
             m.d.sync += [main.eq(spare), main_valid.eq(1), spare_valid.eq(0)]
         with m.Else():
             m.d.sync += [main.eq(payload), main_valid.eq(valid)]
     with m.Elif(valid & ~spare_valid):
-        m.d.sync += [spare.eq(payload), spare_valid.eq(1)]
+        m.d.sync += spare_valid.eq(1)
     return main_valid, Value.cast(main), ~spare_valid
 
 
