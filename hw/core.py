@@ -329,7 +329,8 @@ class AttentionCore(wiring.Component):
         # its ready -> the selected bank's -> the X stream's handshake -> every bank's
         # write enable was the critical path.
         xq_bank = [LaneBank(lanes=C, shape=xq_shape, words=2 * q_base, queue_depth=stride,
-                            d_registered=C > 1, ready_registered=True) for r in range(R)]
+                            d_registered=C > 1, ready_registered=True,
+                            late_ready=self.feeder_claims and C > 1) for r in range(R)]
         k_bank = [LaneBank(lanes=C, shape=signed(cfg.qkv_bits),
                            words=_ceil_div(lmax, C) * stride, queue_depth=0,
                            d_registered=C > 1) for c in range(C)]
@@ -513,8 +514,19 @@ class AttentionCore(wiring.Component):
         x_take = Signal()
         x_bank = lx_tok[:lr] if lr else 0      # the bank of the token being loaded
         x_room = Signal()
-        m.d.comb += [x_room.eq(Cat(b.w_stream.ready for b in xq_bank).bit_select(x_bank, 1)),
-                     x_take.eq(load_x & self.x_stream.valid & x_room)]
+        rooms = Cat(b.w_stream.ready for b in xq_bank)
+        if xq_bank[0].late_ready:
+            # the ready of the bank written next cycle, selected into a register here (the
+            # banks take a row offered a cycle after their ready): on the 16x8 ULX3S device
+            # the banks' ready flags crossed the die to their selection and `x_take` crossed
+            # it back to every bank's queue in one cycle (12.9 ns, the slowest path)
+            next_bank = Signal.like(x_bank, name="x_next_bank") if lr else 0
+            if lr:
+                m.d.comb += next_bank.eq(Mux(x_take & (lx_w + 1 == wpd), x_bank + 1, x_bank))
+            m.d.sync += x_room.eq(rooms.bit_select(next_bank, 1))
+        else:
+            m.d.comb += x_room.eq(rooms.bit_select(x_bank, 1))
+        m.d.comb += x_take.eq(load_x & self.x_stream.valid & x_room)
         with m.If(x_take):
             with m.If(lx_w + 1 == wpd):
                 m.d.sync += [lx_w.eq(0), lx_tok.eq(lx_tok + 1)]

@@ -72,6 +72,13 @@ class LaneBank(wiring.Component):
         the cost of two queue entries more (``queue_depth + 2`` rows are built: the buffered
         FIFO's own ready falls with a row still on its way to the output register). Default
         off.
+    late_ready : bool
+        With ``ready_registered``: the writer may act on ``w_stream.ready`` a cycle late. A row
+        offered in a cycle after one with ``ready`` high is taken whatever ``ready`` says now
+        (the writer offers one only then), and the queue is a row deeper for it. A writer
+        that serves many banks can then select the ready of the bank it writes next into a
+        register of its own: the banks' flags cross to it in one cycle, its ``valid`` to them
+        in the next. Default off.
 
     Members
     -------
@@ -98,7 +105,8 @@ class LaneBank(wiring.Component):
     """
 
     def __init__(self, *, lanes: int, shape, words: int, queue_depth: int = 2, attrs=None,
-                 d_registered: bool = True, ready_registered: bool = False):
+                 d_registered: bool = True, ready_registered: bool = False,
+                 late_ready: bool = False):
         _check_lanes_words(lanes, words)
         if not isinstance(queue_depth, int) or queue_depth < 0:
             raise ValueError(f"queue_depth must be a non-negative integer, not "
@@ -107,6 +115,9 @@ class LaneBank(wiring.Component):
         self.queue_depth, self.attrs = queue_depth, attrs
         self.d_registered = bool(d_registered)
         self.ready_registered = bool(ready_registered)
+        if late_ready and not ready_registered:
+            raise ValueError("late_ready needs ready_registered")
+        self.late_ready = bool(late_ready)
         self.depth = words * lanes
         super().__init__({
             "w_stream": In(stream.Signature(row_layout(lanes, shape, words))),
@@ -161,7 +172,7 @@ class LaneBank(wiring.Component):
             return m
 
         layout = row_layout(lanes, self.shape, self.words)
-        depth = self.queue_depth + 2 * self.ready_registered
+        depth = self.queue_depth + 2 * self.ready_registered + self.late_ready
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size, depth=depth)
         m.d.comb += queue.w_data.eq(row.as_value())
         if self.ready_registered:
@@ -170,8 +181,10 @@ class LaneBank(wiring.Component):
             # now if `level` was below `queue_depth` last cycle.
             room = Signal(init=1)
             m.d.sync += room.eq(queue.level < self.queue_depth)
-            m.d.comb += [queue.w_en.eq(self.w_stream.valid & room),
-                         self.w_stream.ready.eq(room)]
+            # (late: `room` a cycle before held for this cycle's row too; the queue's level
+            # is then at most one more than it would be, and the queue one row deeper)
+            taken = self.w_stream.valid if self.late_ready else self.w_stream.valid & room
+            m.d.comb += [queue.w_en.eq(taken), self.w_stream.ready.eq(room)]
         else:
             m.d.comb += [queue.w_en.eq(self.w_stream.valid),
                          self.w_stream.ready.eq(queue.w_rdy)]

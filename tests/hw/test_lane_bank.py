@@ -143,6 +143,58 @@ def test_burst_rate(lanes, ready_registered):
                    deadline_cycles=200)
 
 
+@pytest.mark.parametrize("lanes,queue_depth,seed", [(4, 1, 0), (4, 2, 1), (8, 3, 2)])
+def test_late_ready(lanes, queue_depth, seed):
+    """With ``late_ready`` a writer that offers a row in every cycle after one with ``ready``
+    high (as the attention core's X loader does, from its own register of it) loses none,
+    though ``ready`` may have fallen since: direct writes hold the queue back at random, so
+    it fills to the limit. Every row lands where the model puts it."""
+    rng = random.Random(seed)
+    plan, words = _plan(lanes, 120, rng)
+    extra = 4                    # words the direct writes use
+    dut = LaneBank(lanes=lanes, shape=signed(8), words=words + extra, queue_depth=queue_depth,
+                   ready_registered=True, late_ready=True)
+    state = {"offered": False, "direct": {}, "late": 0}
+
+    async def writer(ctx):
+        ready_before = False
+        for row in plan:
+            while True:
+                offer = ready_before and rng.random() < 0.9
+                ctx.set(dut.w_stream.payload, row)
+                ctx.set(dut.w_stream.valid, offer)
+                if offer and not ctx.get(dut.w_stream.ready):
+                    state["late"] += 1          # taken on the last cycle's ready alone
+                ready_before = bool(ctx.get(dut.w_stream.ready))
+                await ctx.tick()
+                if offer:
+                    break
+        ctx.set(dut.w_stream.valid, 0)
+        state["offered"] = True
+
+    async def direct(ctx):
+        while not state["offered"]:
+            write = rng.random() < 0.5
+            addr = (words + rng.randrange(extra)) * lanes + rng.randrange(lanes)
+            value = rng.randrange(-128, 128)
+            ctx.set(dut.d_en, write)
+            ctx.set(dut.d_addr, addr)
+            ctx.set(dut.d_data, value)
+            await ctx.tick()
+            if write:
+                state["direct"][addr] = value
+        ctx.set(dut.d_en, 0)
+        await ctx.tick().repeat(2)
+        while not ctx.get(dut.idle):
+            await ctx.tick()
+        await _check_memory(ctx, dut, _model(plan, lanes, state["direct"]))
+
+    run_simulation(dut, lambda: [writer, direct],
+                   f"lane_bank_late_{lanes}_{queue_depth}",
+                   deadline_cycles=40 * len(plan) * lanes)
+    assert state["late"] > 0, "no row was offered after ready fell: the test proves nothing"
+
+
 @pytest.mark.parametrize("cls", [LaneBank, LaneSerializer])
 def test_bad_parameters(cls):
     with pytest.raises(ValueError, match="lanes must be a power of two"):
@@ -153,6 +205,8 @@ def test_bad_parameters(cls):
         return
     with pytest.raises(ValueError, match="queue_depth must be a non-negative integer"):
         LaneBank(lanes=2, shape=8, words=4, queue_depth=-1)
+    with pytest.raises(ValueError, match="late_ready needs ready_registered"):
+        LaneBank(lanes=2, shape=8, words=4, late_ready=True)
 
 
 @pytest.mark.parametrize("lanes,queue_depth,registered",
