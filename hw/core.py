@@ -428,11 +428,12 @@ class AttentionCore(wiring.Component):
         # every X row queued at the X/Q banks is in them (a row is in a bank's queue from the
         # cycle after it is taken), and so is every row the writer retired (its serializer is
         # done and the bank's registered write landed)
-        banks_idle, banks_written = Signal(), Signal()
+        # (`banks_written` from a register with `feeder_claims`: see the writer below)
+        banks_idle, banks_now, banks_written = Signal(), Signal(), Signal()
         m.d.comb += [banks_idle.eq(Cat(bank.idle for bank in xq_bank).all()),
-                     banks_written.eq(banks_idle
-                                      & Cat(u.i_stream.ready for u in serializer).all()
-                                      & ~Cat(bank.d_pending for bank in xq_bank + k_bank).any())]
+                     banks_now.eq(banks_idle
+                                  & Cat(u.i_stream.ready for u in serializer).all()
+                                  & ~Cat(bank.d_pending for bank in xq_bank + k_bank).any())]
         m.d.comb += self.busy.eq(running)
 
         # phase flags driven by the FSM
@@ -712,7 +713,18 @@ class AttentionCore(wiring.Component):
                 for t, bank in zip(x_tokens, xq_bank):
                     with m.If(bank.tag_done):
                         m.d.sync += t.eq(t + 1)
-            block_in = Cat(t > rb for t in x_tokens).all()
+            if self.feeder_claims:
+                # each bank's comparison in a register (by the bank's counter), so that the 16
+                # counters of the 16x8 ULX3S device do not cross the die to `rb` and back to
+                # `x_ready` in one cycle (12.2 ns). Two cycles old then: it holds unless a tile
+                # ended in either (the counters only grow; `rb` only grows within an op).
+                tok_ok = [Signal(name=f"x_tok_ok_{r}") for r in range(R)]
+                ended = Signal()
+                m.d.sync += [ok.eq(t > rb) for ok, t in zip(tok_ok, x_tokens)]
+                m.d.sync += ended.eq(issue & last)
+                block_in = Cat(tok_ok).all() & ~ended
+            else:
+                block_in = Cat(t > rb for t in x_tokens).all()
         m.d.sync += [x_ready.eq(x_in | (block_in & ~(issue & last))),
                      desc_room.eq(desc.level + pend < desc_depth - 2)]
         m.d.comb += can_issue.eq(feed_room & (cur_op != 7) & (~first | desc_room)
@@ -1233,6 +1245,14 @@ class AttentionCore(wiring.Component):
                     m.d.comb += [bank[b].d_addr.eq(unit.addr), bank[b].d_data.eq(unit.data),
                                  bank[b].d_en.eq(unit.en
                                                  & (unit.tag == (b >> ls | is_k << sel_bits)))]
+        # Every row the writer retired is in the X/Q and K banks. With `feeder_claims` from a
+        # register (a cycle late; not while a row goes to a serializer or X to a bank): on the
+        # 16x8 ULX3S device the 16 banks' flags crossed the die to the phase register's enable
+        # (12.1 ns). The phase then changes a cycle later.
+        if self.feeder_claims:
+            m.d.sync += banks_written.eq(banks_now & ~(retire & to_bank) & ~x_take)
+        else:
+            m.d.comb += banks_written.eq(banks_now)
         v_wr = wr & (ctrl.op == _PROJ) & (ctrl.target == 2)
         if self.registered_reads:
             # each lane's write from registers of its own, beside its block RAMs (on the 8x4

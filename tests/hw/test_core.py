@@ -397,7 +397,8 @@ def test_core_feed_lanes_apart(name, per_lane):
     array's output room as it issues: the array takes every beat), the softmax units'
     counters take the end of a P.V op from a register, and the requantizers take their
     constants from two register sets read ahead, each requantizer with its own copy of the
-    set's select; elsewhere one select and none of those registers."""
+    set's select, and each X/Q bank's token count is compared with the row block in a
+    register of its own; elsewhere one select and none of those registers."""
     import re
 
     from amaranth.back import rtlil
@@ -413,8 +414,10 @@ def test_core_feed_lanes_apart(name, per_lane):
     sels = {f"f2_sel_{lane}" for lane in lanes}
     sels |= {f"params_sel_{g}" for g in range(core.requant_units)}
     assert "feed_q" not in text
-    # the P.V end for the softmax units' counters and the two constants sets are registers
+    # the P.V end for the softmax units' counters, the two constants sets and each X/Q
+    # bank's "this row block's tokens are in" are registers
     registers = {"pv_ended", "params_0", "params_1"}
+    registers |= {f"x_tok_ok_{r}" for r in range(cfg.rows)}
     defined = set(re.findall(r"wire width \d+ \\(\S+)\n", text))
     if per_lane:
         assert sels <= kept, sorted(sels - kept)
