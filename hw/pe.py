@@ -25,6 +25,11 @@ In the enabled cycle after the ``last`` product of a tile, ``done`` is high for 
 enabled cycle and ``acc`` holds the finished dot product (``acc`` is 0 whenever ``done`` is
 low, except in the cycle after a reset); the next tile's ``first`` product may arrive in that
 same cycle, so tiles follow back to back.
+
+On ECP5 the flag registers (``ctl``, ``done``, ``drop``) are :data:`hw.target.KEEP_COPY`: the
+PEs of one anti-diagonal hold the same flags in the same cycle, and Yosys merged them into one
+register per anti-diagonal, whose fanout crossed the die's three DSP rows (on the 16x8 ULX3S
+device 76 accumulator enables, 12.2 ns). Each PE keeps its own, next to its neighbour's.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .dsp import DSP_LATENCY, Multiplier, check_bits, check_site
+from .target import KEEP_COPY, is_ecp5
 
 __all__ = ["CONTROL", "ProcessingElement"]
 
@@ -111,8 +117,9 @@ class ProcessingElement(wiring.Component):
                                               style=self.dsp, site=self.dsp_site)
         a_reg = Signal(signed(self.a_bits), reset_less=True)
         b_reg = Signal(signed(self.b_bits), reset_less=True)
-        ctl = Signal(CONTROL)
-        done = Signal()
+        keep = {KEEP_COPY: 1} if is_ecp5(platform) else {}
+        ctl = Signal(CONTROL, attrs=keep)
+        done = Signal(attrs=keep)
         with m.If(self.en):
             m.d.sync += [a_reg.eq(self.a_in), b_reg.eq(self.b_in), ctl.eq(self.ctl_in),
                          done.eq(ctl.last)]
@@ -124,7 +131,7 @@ class ProcessingElement(wiring.Component):
         # so no inverter sits between it and the result register's reset input) clears the
         # result register.
         clear = self.ctl_in.first
-        drop = Signal(reset_less=True)
+        drop = Signal(reset_less=True, attrs=keep)
         with m.If(self.en):
             m.d.sync += drop.eq(~self.ctl_in.last)
         finish = ~drop

@@ -98,10 +98,10 @@ def output_layout(cols: int, acc_bits: int) -> data.StructLayout:
     return data.StructLayout({"acc": data.ArrayLayout(signed(acc_bits), cols), "last": 1})
 
 
-def _delay(m, value, stages: int, name: str, shape, reset_less: bool = True):
-    """``value`` delayed by ``stages`` cycles through a chain of registers."""
+def _delay(m, value, stages: int, name: str, shape, reset_less: bool = True, attrs=None):
+    """``value`` delayed by ``stages`` cycles through a chain of registers (with ``attrs``)."""
     for i in range(stages):
-        reg = Signal(shape, name=f"{name}_d{i}", reset_less=reset_less)
+        reg = Signal(shape, name=f"{name}_d{i}", reset_less=reset_less, attrs=attrs or {})
         m.d.sync += reg.eq(value)
         value = reg
     return value
@@ -315,6 +315,7 @@ class SystolicArray(wiring.Component):
 
         # The array of PEs; their enables are tied high (see "Backpressure").
         sites = self.dsp_sites(platform) or {}
+        keep = {KEEP_COPY: 1} if is_ecp5(platform) else {}
         pes = [[ProcessingElement(a_bits=self.a_bits, b_bits=self.b_bits,
                                   acc_bits=self.acc_bits, dsp=self.dsp,
                                   split_acc=self.split_acc, dsp_site=sites.get((r, c)))
@@ -327,8 +328,9 @@ class SystolicArray(wiring.Component):
                     m.d.comb += [
                         pe.a_in.eq(_delay(m, i.payload.a[r], r, f"skew_a{r}",
                                           signed(self.a_bits))),
+                        # (on ECP5 a chain per row, kept apart like the PEs' flags)
                         pe.ctl_in.eq(_delay(m, step, r + lm, f"skew_ctl{r}", CONTROL,
-                                            reset_less=False)),
+                                            reset_less=False, attrs=keep)),
                     ]
                 else:
                     m.d.comb += [pe.a_in.eq(pes[r][c - 1].a_out),
