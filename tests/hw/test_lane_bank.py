@@ -327,26 +327,11 @@ def test_d_pending_register_kept(yosys, tmp_path):
     """With registered direct writes the bank's `d_pending` comes from a flip-flop of its own
     beside the one that gates the queue's writes: both stay through Yosys's ECP5 synthesis
     with the board builds' :func:`hw.target.keep_copies_script` (without it, one)."""
-    import json
-    import subprocess
-
     from amaranth.back import rtlil
 
-    from hw.target import keep_copies_script
+    from tests.hw.ecp5_synth import ecp5_flops
 
     bank = LaneBank(lanes=2, shape=signed(8), words=8, queue_depth=2)
-    (tmp_path / "bank.il").write_text(rtlil.convert(bank, name="bank"))
-
-    def d_en_flops(script):
-        subprocess.run([yosys, "-q", "-p",
-                        f"read_rtlil bank.il; proc; {script} synth_ecp5 -top bank "
-                        "-run begin:map_luts; select bank; write_json -selected bank.json"],
-                       cwd=tmp_path, check=True, timeout=300)
-        module = json.loads((tmp_path / "bank.json").read_text())["modules"]["bank"]
-        flags = {bit for name in ("d_en_r", "d_pending_r")
-                 for bit in module["netnames"][name]["bits"]}
-        return sum(cell["type"] == "TRELLIS_FF" and set(cell["connections"]["Q"]) <= flags
-                   for cell in module["cells"].values())
-
-    assert d_en_flops("") == 1
-    assert d_en_flops(keep_copies_script() + ";") == 2
+    text = rtlil.convert(bank, name="bank")
+    assert ecp5_flops(yosys, tmp_path, text, "bank", keep=False, nets="d_en_r|d_pending_r") == 1
+    assert ecp5_flops(yosys, tmp_path, text, "bank", keep=True, nets="d_en_r|d_pending_r") == 2

@@ -259,13 +259,10 @@ def test_flags_per_pe_on_ecp5(yosys, tmp_path):
     :func:`hw.target.keep_copies_script`): one ``valid`` flip-flop per PE, where Yosys
     otherwise merges the PEs of an anti-diagonal (rows + cols - 1 of them). Elsewhere the
     flags carry no :data:`hw.target.KEEP_COPY`."""
-    import json
-    import re
-    import subprocess
-
     from amaranth.back import rtlil
 
-    from hw.target import KEEP_COPY, keep_copies_script
+    from hw.target import KEEP_COPY
+    from tests.hw.ecp5_synth import ecp5_flops
 
     class Ecp5:
         device, family = "LFE5U-25F", "ecp5"      # (no floorplan for this one)
@@ -274,21 +271,9 @@ def test_flags_per_pe_on_ecp5(yosys, tmp_path):
     cfg = config(rows, cols)
     assert KEEP_COPY not in rtlil.convert(SystolicArray.from_config(cfg))
     text = rtlil.convert(SystolicArray.from_config(cfg), name="array", platform=Ecp5())
-    (tmp_path / "array.il").write_text(text)
-
-    def valid_flops(script):
-        subprocess.run([yosys, "-q", "-p",
-                        f"read_rtlil array.il; proc; {script} synth_ecp5 -top array "
-                        "-run begin:map_luts; select array; write_json -selected array.json"],
-                       cwd=tmp_path, check=True, timeout=600)
-        module = json.loads((tmp_path / "array.json").read_text())["modules"]["array"]
-        bits = {bit for name, net in module["netnames"].items()
-                if re.fullmatch(r"pe_\d+_\d+\.ctl\.valid", name) for bit in net["bits"]}
-        return sum(cell["type"] == "TRELLIS_FF" and set(cell["connections"]["Q"]) <= bits
-                   for cell in module["cells"].values())
-
-    assert valid_flops("") < rows * cols
-    assert valid_flops(keep_copies_script() + ";") == rows * cols
+    valid = r"pe_\d+_\d+\.ctl\.valid"
+    assert ecp5_flops(yosys, tmp_path, text, "array", keep=False, nets=valid) < rows * cols
+    assert ecp5_flops(yosys, tmp_path, text, "array", keep=True, nets=valid) == rows * cols
 
 
 @pytest.mark.parametrize("dsp,lutram", [("infer", False), ("infer", True),

@@ -1,13 +1,11 @@
-import json
-import subprocess
-
 from amaranth import Module, Signal
 from amaranth.back import rtlil
 
-from hw.target import KEEP_COPY, keep_copies_script
+from hw.target import KEEP_COPY
+from tests.hw.ecp5_synth import ecp5_flops
 
 
-def _copies(yosys, tmp_path, script: str) -> int:
+def _copies(yosys, tmp_path, keep: bool) -> int:
     """Flip-flops Yosys (``synth_ecp5`` up to LUT mapping) leaves of four registered copies of
     one 8-bit sum, each read by its own output: the copies carry :data:`KEEP_COPY`."""
     a, b = Signal(8, name="a"), Signal(8, name="b")
@@ -21,17 +19,12 @@ def _copies(yosys, tmp_path, script: str) -> int:
         with m.If(en):
             m.d.sync += copy.eq(total)
         m.d.comb += out.eq(copy)
-    (tmp_path / "top.il").write_text(rtlil.convert(m, name="top", ports=[a, b, en, *outs]))
-    subprocess.run([yosys, "-q", "-p",
-                    f"read_rtlil top.il; {script} synth_ecp5 -top top -run begin:map_luts; "
-                    "select top; write_json -selected top.json"],
-                   cwd=tmp_path, check=True, timeout=300)
-    cells = json.loads((tmp_path / "top.json").read_text())["modules"]["top"]["cells"]
-    return sum(cell["type"] == "TRELLIS_FF" for cell in cells.values())
+    text = rtlil.convert(m, name="top", ports=[a, b, en, *outs])
+    return ecp5_flops(yosys, tmp_path, text, "top", keep=keep)
 
 
 def test_keep_copies_script(yosys, tmp_path):
     """Without the script Yosys merges the identical copies into one register (8 + 8
     flip-flops); with it every copy stays (8 + 32)."""
-    assert _copies(yosys, tmp_path, "") == 16
-    assert _copies(yosys, tmp_path, keep_copies_script() + ";") == 40
+    assert _copies(yosys, tmp_path, keep=False) == 16
+    assert _copies(yosys, tmp_path, keep=True) == 40
