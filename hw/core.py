@@ -1067,9 +1067,8 @@ class AttentionCore(wiring.Component):
         switch = Signal()       # the requantizers take their last row of a tile
         m.d.comb += switch.eq(rq.p_stream.valid & rq.p_stream.ready)
         if self.params_ahead:
-            cur, cur_valid, unit_params = self._params_ahead(m, desc_layout, desc.r_rdy,
-                                                             head_desc, take_desc, picked,
-                                                             switch)
+            cur, cur_valid, cur_valid_next, unit_params = self._params_ahead(
+                m, desc_layout, desc.r_rdy, head_desc, take_desc, picked, switch)
         else:
             cur = Signal(desc_layout)
             cur_valid = Signal()
@@ -1097,14 +1096,23 @@ class AttentionCore(wiring.Component):
         # queue's credit below) never hold the array back (4 for a 5-cycle requantizer on two
         # lanes; 9 for the 8-cycle one of registered DSPs on one).
         in_flight = _ceil_div(rq.latency, per) + 1
-        m.submodules.rows = rows_q = BlockRAMFIFO(width=ctrl_layout.size, depth=in_flight)
+        # With `ready_ahead` whether the requantizers take a row this cycle is a register
+        # (`rq_ready`), computed a cycle ahead from the next credit count, the constants set
+        # in use next cycle and the row queue's level (two entries of margin, as the queue's
+        # own ready is not known a cycle ahead): on the 16x8 ULX3S device the credit count,
+        # the row queue and the constants sets crossed the die through that handshake to the
+        # clock enable of the result register's 163 bits at the requantizers (13.3 ns). Only
+        # where a requantizer takes a row in one cycle (one lane each).
+        queued_results = C > 1
+        ready_ahead = self.feeder_claims and per == 1 and queued_results
+        m.submodules.rows = rows_q = BlockRAMFIFO(width=ctrl_layout.size,
+                                                  depth=in_flight + 2 * ready_ahead)
         row = Signal(range(R))
         into_rq = Signal()
         # With C > 1 a row for the X/Q or K banks takes a cycle per lane. So that this never
         # freezes the requantizers (a clock enable on their ~400 flip-flops each, from the end
         # of a long handshake), their rows go into a queue of `res_depth` rows, and a row enters
         # them only while that queue has room for every row already inside (`credit`).
-        queued_results = C > 1
         res_depth = max(8, in_flight + 3)
         credit_ok = Signal(init=1)
         # The array's result rows: with `feeder_claims` through a two-register buffer, so that
@@ -1117,7 +1125,14 @@ class AttentionCore(wiring.Component):
         # devices (11.7 and 17.1 ns).
         result = Signal(array.o_stream.payload.shape())
         result_valid, take_result = Signal(), Signal()
-        m.d.comb += take_result.eq(rq.i_stream.ready & rows_q.w_rdy)
+        rq_ready = Signal(name="rq_ready")
+        if ready_ahead:
+            # (`rq_ready` implies the constants are there: the requantizers take the row)
+            rows_ok = rq_ready
+            m.d.comb += take_result.eq(rq_ready)
+        else:
+            rows_ok = rows_q.w_rdy & credit_ok
+            m.d.comb += take_result.eq(rq.i_stream.ready & rows_q.w_rdy)
         if self.feeder_claims:
             held_valid, held, empty = register_buffer(m, "o_skid", array.o_stream.valid,
                                                        array.o_stream.payload, take_result)
@@ -1128,7 +1143,7 @@ class AttentionCore(wiring.Component):
                          result_valid.eq(array.o_stream.valid),
                          result.eq(array.o_stream.payload)]
         for g, unit in enumerate(rqs):
-            m.d.comb += [unit.i_stream.valid.eq(result_valid & rows_q.w_rdy & credit_ok),
+            m.d.comb += [unit.i_stream.valid.eq(result_valid & rows_ok),
                          unit.i_stream.payload.last.eq(result.last)]
             for i in range(per):
                 m.d.comb += unit.i_stream.payload.acc[i].eq(result.acc[g * per + i])
@@ -1170,7 +1185,13 @@ class AttentionCore(wiring.Component):
             m.submodules.results = results = fifo.SyncFIFOBuffered(
                 width=res_layout.size + ctrl_layout.size, depth=res_depth)
             credit = Signal(range(res_depth + 1))       # rows in the requantizers or queued
-            m.d.sync += credit.eq(credit + into_rq - retire)
+            credit_next = Signal.like(credit)
+            m.d.comb += credit_next.eq(credit + into_rq - retire)
+            m.d.sync += credit.eq(credit_next)
+            if ready_ahead:
+                # the queue's inner level next cycle is at most its level now + 1
+                m.d.sync += rq_ready.eq((credit_next < res_depth) & cur_valid_next
+                                        & (rows_q.level + 1 < rows_q.depth - 1))
             m.d.comb += [credit_ok.eq(credit < res_depth),
                          results.w_en.eq(row_out),
                          results.w_data.eq(Cat(row_vals, rows_q.r_data)),
@@ -1459,8 +1480,8 @@ class AttentionCore(wiring.Component):
         use the set ``sel`` until they take the tile's last row (``switch``), which frees it.
         Every clock enable comes from a register, and the requantizers' constants from the
         sets through one multiplexer whose select has a copy per requantizer (KEEP_COPY).
-        Returns the current descriptor, whether its constants are loaded, and the constants
-        each requantizer sees."""
+        Returns the current descriptor, whether its constants are loaded (now and in the next
+        cycle), and the constants each requantizer sees."""
         cfg, units = self.cfg, self.requant_units
         sets = [Signal(param_layout(cfg), name=f"params_{s}", reset_less=True) for s in (0, 1)]
         descs = [Signal(desc_layout, name=f"params_desc_{s}") for s in (0, 1)]
@@ -1495,7 +1516,11 @@ class AttentionCore(wiring.Component):
             value = Signal(param_layout(cfg), name=f"params_used_{g}")
             m.d.comb += value.eq(Mux(copy, sets[1], sets[0]))
             unit_params.append(value)
-        cur, cur_valid = Signal(desc_layout), Signal()
+        cur, cur_valid, cur_valid_next = Signal(desc_layout), Signal(), Signal()
         m.d.comb += [cur.eq(Mux(sel, descs[1], descs[0])),
                      cur_valid.eq(Mux(sel, full[1], full[0]))]
-        return cur, cur_valid, unit_params
+        # next cycle's `cur_valid`, as the statements above will make it
+        full_next = [Mux(switch & (sel == s), 0,
+                         Mux(staged_valid & (staged_set == s), 1, full[s])) for s in (0, 1)]
+        m.d.comb += cur_valid_next.eq(Mux(sel ^ switch, full_next[1], full_next[0]))
+        return cur, cur_valid, cur_valid_next, unit_params

@@ -368,6 +368,8 @@ def test_core_probabilities_probe(units):
     ({}, (7, 12, 2)), ({}, (1, 16, 1)),
     (dict(rows=8, cols=2, softmax_units=1, max_heads=4), (2, 16, 4)),
     (dict(requant_units=2, softmax_units=2), (7, 12, 2)),
+    (dict(rows=8, cols=4, requant_units=4, bank_writers=1, softmax_units=1, max_heads=4,
+          max_seq_len=16), (13, 16, 2)),
 ])
 def test_core_with_registered_dsps(overrides, shape):
     """The ECP5 registered-DSP latency (behavioural model) through the whole core, with the
@@ -379,7 +381,9 @@ def test_core_with_registered_dsps(overrides, shape):
     keep it from taking every score (it held back half of them), so scores wait in its
     reader's queue while the reader's stages go on. Two requantizers of one lane each finish
     a tile of two rows in two cycles, sooner than the next tile's constants are read ahead
-    (:attr:`AttentionCore.params_ahead`): the requantizers must wait for them."""
+    (:attr:`AttentionCore.params_ahead`): the requantizers must wait for them. One serializer
+    for rows of four lanes falls behind the requantizers, which then wait for credit; with
+    one lane per requantizer whether they take a row is decided a cycle ahead."""
     cfg = preset("tiny").replace(dsp="ecp5_registered", **overrides)
     assert AttentionCore(cfg).registered_reads
     qm, xi, expected = layer(cfg, *shape, seed=5, causal=True)
