@@ -19,6 +19,9 @@ A device top looks like this::
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 from amaranth import Cat, Module, Mux, Shape, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -423,11 +426,24 @@ class HostLink(wiring.Component):
                 m.d.comb += core.r_data.eq(core_rd)
             mem_r_q.append(link_rd)
         # The selected region's read data goes to a register (`link_r_q`) that a reply takes
-        # a word from (P_LOAD) after the read (P_WAIT, and P_WAIT2, P_WAIT3 with `registered`).
-        with m.Switch(region_sel):
+        # a word from (P_LOAD) after the read (P_WAIT, and P_WAIT2 to P_WAIT4 with
+        # `registered`). With `registered` each region's word first goes to a register of
+        # its own, zero unless its region is selected, and `link_r_q` takes their OR: on the
+        # 16x8 ULX3S device the regions' words crossed the die to one multiplexer and on to
+        # `link_r_q` in one cycle (12.5 ns).
+        if registered:
+            parts = []
             for index, rdata in enumerate(mem_r_q):
-                with m.Case(index):
-                    m.d.comb += link_r_data.eq(rdata)
+                picked = Signal(name=f"link_r_pick_{index}")
+                part = Signal(word_bits, name=f"link_r_part_{index}", reset_less=True)
+                m.d.sync += [picked.eq(region_sel == index), part.eq(Mux(picked, rdata, 0))]
+                parts.append(part)
+            m.d.comb += link_r_data.eq(reduce(operator.or_, parts))
+        else:
+            with m.Switch(region_sel):
+                for index, rdata in enumerate(mem_r_q):
+                    with m.Case(index):
+                        m.d.comb += link_r_data.eq(rdata)
         link_r_q = Signal(word_bits)
         m.d.sync += link_r_q.eq(link_r_data)
 
@@ -770,7 +786,9 @@ class HostLink(wiring.Component):
             if registered:                      # ... or: the region's input registers hold
                 with m.State("P_WAIT2"):        # the address, its output register the word
                     m.next = "P_WAIT3"
-                with m.State("P_WAIT3"):
+                with m.State("P_WAIT3"):        # ... its region's register
+                    m.next = "P_WAIT4"
+                with m.State("P_WAIT4"):
                     m.next = "P_LOAD"
             # The word to send (a ROM byte, a region word, the status or a counter) is sampled
             # into ``word`` and shifted out of it a byte at a time: a counter changing meanwhile
