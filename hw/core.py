@@ -956,12 +956,13 @@ class AttentionCore(wiring.Component):
         for c in range(C):
             m.d.comb += [k_bank[c].r_addr.eq(read_address(k_addr, f"k_raddr_{c}")),
                          k_bank[c].r_en.eq(adv)]
+        v_r_addr = at(k, v_word)
         if self.registered_reads:
             for c, memory in enumerate(v_lane_mem):
-                m.d.comb += [memory.r_addr.eq(read_address(at(k, v_word), f"v_raddr_{c}")),
+                m.d.comb += [memory.r_addr.eq(read_address(v_r_addr, f"v_raddr_{c}")),
                              memory.r_en.eq(adv)]
         else:
-            m.d.comb += [v_rd.addr.eq(at(k, v_word)), v_rd.en.eq(adv)]
+            m.d.comb += [v_rd.addr.eq(v_r_addr), v_rd.en.eq(adv)]
 
         # F1: the memories' words into registers (data without a reset: `f2_valid` says
         # whether they hold anything, and the core's reset net stays short)
@@ -1125,9 +1126,9 @@ class AttentionCore(wiring.Component):
         # devices (11.7 and 17.1 ns).
         result = Signal(array.o_stream.payload.shape())
         result_valid, take_result = Signal(), Signal()
-        rq_ready = Signal(name="rq_ready")
         if ready_ahead:
             # (`rq_ready` implies the constants are there: the requantizers take the row)
+            rq_ready = Signal(name="rq_ready")
             rows_ok = rq_ready
             m.d.comb += take_result.eq(rq_ready)
         else:
@@ -1275,6 +1276,7 @@ class AttentionCore(wiring.Component):
         else:
             m.d.comb += banks_written.eq(banks_now)
         v_wr = wr & (ctrl.op == _PROJ) & (ctrl.target == 2)
+        v_w_addr = at(token, ctrl.hword)
         if self.registered_reads:
             # each lane's write from registers of its own, beside its block RAMs (on the 8x4
             # ULX3S device, once V was read through the output registers, the clamped result
@@ -1287,14 +1289,14 @@ class AttentionCore(wiring.Component):
                                   for port, what in ((memory.w_addr, "w_addr_q"),
                                                      (memory.w_data, "w_data_q")))
                 w_en = Signal(name=f"v_w_en_q_{c}", attrs={KEEP_COPY: 1})
-                m.d.sync += [w_addr.eq(at(token, ctrl.hword)),
+                m.d.sync += [w_addr.eq(v_w_addr),
                              w_data.eq(clamp(res[c], cfg.qkv_bits)),
                              w_en.eq(v_wr & ctrl.cols[c])]
                 m.d.comb += [memory.w_addr.eq(w_addr), memory.w_data.eq(w_data),
                              memory.w_en.eq(w_en)]
         else:
             port = v_mem.write_port(granularity=1)
-            m.d.comb += [port.addr.eq(at(token, ctrl.hword)),
+            m.d.comb += [port.addr.eq(v_w_addr),
                          port.data.eq(lanes_of(cfg.qkv_bits)),
                          port.en.eq(Mux(v_wr, ctrl.cols, 0))]
         # With `registered_reads` the score writes reach the block RAMs from registers (on

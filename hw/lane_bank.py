@@ -73,9 +73,10 @@ class LaneBank(wiring.Component):
         FIFO's own ready falls with a row still on its way to the output register). Default
         off.
     late_ready : bool
-        With ``ready_registered``: the writer may act on ``w_stream.ready`` a cycle late. A row
-        offered in a cycle after one with ``ready`` high is taken whatever ``ready`` says now
-        (the writer offers one only then), and the queue is a row deeper for it. A writer
+        With ``ready_registered`` and a queue (``lanes > 1``, ``queue_depth > 0``): the
+        writer may act on ``w_stream.ready`` a cycle late. A row offered in a cycle after one
+        with ``ready`` high is taken whatever ``ready`` says now (the writer offers one only
+        then), and the queue is a row deeper for it. A writer
         that serves many banks can then select the ready of the bank it writes next into a
         register of its own: the banks' flags cross to it in one cycle, its ``valid`` to them
         in the next. Default off.
@@ -115,8 +116,9 @@ class LaneBank(wiring.Component):
         self.queue_depth, self.attrs = queue_depth, attrs
         self.d_registered = bool(d_registered)
         self.ready_registered = bool(ready_registered)
-        if late_ready and not ready_registered:
-            raise ValueError("late_ready needs ready_registered")
+        if late_ready and not (ready_registered and lanes > 1 and queue_depth > 0):
+            raise ValueError("late_ready needs ready_registered and a queue (lanes > 1, "
+                             "queue_depth > 0)")
         self.late_ready = bool(late_ready)
         self.depth = words * lanes
         super().__init__({

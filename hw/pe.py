@@ -39,7 +39,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .dsp import DSP_LATENCY, Multiplier, check_bits, check_site
-from .target import KEEP_COPY, is_ecp5
+from .target import keep_copy_on_ecp5
 
 __all__ = ["CONTROL", "ProcessingElement"]
 
@@ -117,7 +117,7 @@ class ProcessingElement(wiring.Component):
                                               style=self.dsp, site=self.dsp_site)
         a_reg = Signal(signed(self.a_bits), reset_less=True)
         b_reg = Signal(signed(self.b_bits), reset_less=True)
-        keep = {KEEP_COPY: 1} if is_ecp5(platform) else {}
+        keep = keep_copy_on_ecp5(platform)
         ctl = Signal(CONTROL, attrs=keep)
         done = Signal(attrs=keep)
         with m.If(self.en):

@@ -78,7 +78,7 @@ from amaranth.lib.wiring import In, Out
 from .dsp import DSP_LATENCY, check_bits
 from .floorplan import array_sites
 from .pe import CONTROL, ProcessingElement
-from .target import KEEP_COPY, is_ecp5
+from .target import KEEP_COPY, is_ecp5, keep_copy_on_ecp5
 
 __all__ = ["SystolicArray", "input_layout", "output_layout"]
 
@@ -315,7 +315,7 @@ class SystolicArray(wiring.Component):
 
         # The array of PEs; their enables are tied high (see "Backpressure").
         sites = self.dsp_sites(platform) or {}
-        keep = {KEEP_COPY: 1} if is_ecp5(platform) else {}
+        keep = keep_copy_on_ecp5(platform)
         pes = [[ProcessingElement(a_bits=self.a_bits, b_bits=self.b_bits,
                                   acc_bits=self.acc_bits, dsp=self.dsp,
                                   split_acc=self.split_acc, dsp_site=sites.get((r, c)))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 __all__ = ["device", "is_ice40", "is_ecp5", "block_ram_attrs", "KEEP_COPY",
-           "keep_copies_script"]
+           "keep_copies_script", "keep_copy_on_ecp5"]
 
 #: Attribute of a signal whose flip-flops are one of several copies of the same value, each
 #: next to its own far-apart users (e.g. a read address registered at every bank). Identical
@@ -39,3 +39,10 @@ def block_ram_attrs(platform) -> dict:
     """Memory attributes that ask Yosys for block RAM on iCE40, where it would build a memory of
     a few words from flip-flops and multiplexers (a logic cell per bit); none elsewhere."""
     return {"ram_style": "block"} if is_ice40(platform) else {}
+
+
+def keep_copy_on_ecp5(platform) -> dict:
+    """Signal attributes marking a register :data:`KEEP_COPY` on ECP5 (where the copies sit
+    beside users spread over a large die) and nothing elsewhere (the iCE40 presets have no
+    flip-flops to spare)."""
+    return {KEEP_COPY: 1} if is_ecp5(platform) else {}

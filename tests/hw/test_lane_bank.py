@@ -207,6 +207,10 @@ def test_bad_parameters(cls):
         LaneBank(lanes=2, shape=8, words=4, queue_depth=-1)
     with pytest.raises(ValueError, match="late_ready needs ready_registered"):
         LaneBank(lanes=2, shape=8, words=4, late_ready=True)
+    for lanes, depth in ((1, 2), (2, 0)):       # no queue: the row goes in its own cycle
+        with pytest.raises(ValueError, match=r"late_ready needs .* a queue"):
+            LaneBank(lanes=lanes, shape=8, words=4, queue_depth=depth,
+                     ready_registered=True, late_ready=True)
 
 
 @pytest.mark.parametrize("lanes,queue_depth,registered",
