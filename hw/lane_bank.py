@@ -80,6 +80,12 @@ class LaneBank(wiring.Component):
         that serves many banks can then select the ready of the bank it writes next into a
         register of its own: the banks' flags cross to it in one cycle, its ``valid`` to them
         in the next. Default off.
+    w_registered : bool
+        With ``ready_registered`` and a queue: a row taken from ``w_stream`` goes to a register
+        at the bank first and into the queue a cycle later (the queue is a row deeper for it,
+        and ``idle`` counts the row in the register). A writer that serves many banks then
+        drives flip-flops at each bank, not the queue's write enable and fill level. Default
+        off.
 
     Members
     -------
@@ -107,7 +113,7 @@ class LaneBank(wiring.Component):
 
     def __init__(self, *, lanes: int, shape, words: int, queue_depth: int = 2, attrs=None,
                  d_registered: bool = True, ready_registered: bool = False,
-                 late_ready: bool = False):
+                 late_ready: bool = False, w_registered: bool = False):
         _check_lanes_words(lanes, words)
         if not isinstance(queue_depth, int) or queue_depth < 0:
             raise ValueError(f"queue_depth must be a non-negative integer, not "
@@ -120,6 +126,10 @@ class LaneBank(wiring.Component):
             raise ValueError("late_ready needs ready_registered and a queue (lanes > 1, "
                              "queue_depth > 0)")
         self.late_ready = bool(late_ready)
+        if w_registered and not (ready_registered and lanes > 1 and queue_depth > 0):
+            raise ValueError("w_registered needs ready_registered and a queue (lanes > 1, "
+                             "queue_depth > 0)")
+        self.w_registered = bool(w_registered)
         self.depth = words * lanes
         super().__init__({
             "w_stream": In(stream.Signature(row_layout(lanes, shape, words))),
@@ -173,10 +183,19 @@ class LaneBank(wiring.Component):
                              wr.en.eq(take & row.mask[0])]
             return m
 
+        # A queue entry is the row and its last masked lane, found before the queue: the head
+        # row's `final` is then a comparison, not a search of its mask.
         layout = row_layout(lanes, self.shape, self.words)
-        depth = self.queue_depth + 2 * self.ready_registered + self.late_ready
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size, depth=depth)
-        m.d.comb += queue.w_data.eq(row.as_value())
+        entry_layout = data.StructLayout({"row": layout, "last": unsigned(ll)})
+        entry = Signal(entry_layout)
+        m.d.comb += entry.row.eq(row)
+        for i in range(lanes):
+            with m.If(row.mask[i]):
+                m.d.comb += entry.last.eq(i)
+        depth = (self.queue_depth + 2 * self.ready_registered + self.late_ready
+                 + self.w_registered)
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=entry_layout.size, depth=depth)
+        taken = Signal()
         if self.ready_registered:
             # At most one row enters a cycle, so the inner FIFO (depth - 1 rows; the last goes
             # to the output register a cycle later) holds at most level + 1 <= depth - 2 rows
@@ -184,26 +203,34 @@ class LaneBank(wiring.Component):
             room = Signal(init=1)
             m.d.sync += room.eq(queue.level < self.queue_depth)
             # (late: `room` a cycle before held for this cycle's row too; the queue's level
-            # is then at most one more than it would be, and the queue one row deeper)
-            taken = self.w_stream.valid if self.late_ready else self.w_stream.valid & room
-            m.d.comb += [queue.w_en.eq(taken), self.w_stream.ready.eq(room)]
+            # is then at most one more than it would be, and the queue one row deeper; the
+            # same for the cycle a row spends in the input register)
+            m.d.comb += [taken.eq(self.w_stream.valid if self.late_ready
+                                  else self.w_stream.valid & room),
+                         self.w_stream.ready.eq(room)]
         else:
-            m.d.comb += [queue.w_en.eq(self.w_stream.valid),
-                         self.w_stream.ready.eq(queue.w_rdy)]
-        head = data.View(layout, queue.r_data)
+            m.d.comb += [taken.eq(self.w_stream.valid), self.w_stream.ready.eq(queue.w_rdy)]
+        in_flight = 0
+        if self.w_registered:
+            entry_r = Signal(entry_layout, reset_less=True)
+            in_flight = Signal()
+            m.d.sync += [entry_r.eq(entry), in_flight.eq(taken)]
+            m.d.comb += [queue.w_data.eq(entry_r), queue.w_en.eq(in_flight)]
+        else:
+            m.d.comb += [queue.w_data.eq(entry), queue.w_en.eq(taken)]
+        head_entry = data.View(entry_layout, queue.r_data)
+        head = head_entry.row
 
         # The row at the head of the queue is written lane `lane` by lane, straight from the
         # queue's output register, and leaves with its last masked lane.
         lane = Signal(ll)
         write = Signal()             # the head row's lane `lane` goes this cycle
-        later = Signal()             # a masked lane after `lane`
         final = Signal()             # this cycle writes the row's last masked lane
         m.d.comb += [write.eq(queue.r_rdy & ~d_en),
-                     later.eq(Cat(head.mask[i] & (lane < i) for i in range(lanes)).any()),
-                     final.eq(write & ~later),
+                     final.eq(write & (lane == head_entry.last)),
                      queue.r_en.eq(final),
                      self.tag_done.eq(final & head.tag),
-                     self.idle.eq(queue.level == 0)]
+                     self.idle.eq((queue.level == 0) & ~in_flight)]
         with m.If(~d_en):
             m.d.comb += [wr.addr.eq(Cat(lane, head.word)), wr.data.eq(head.data[lane]),
                          wr.en.eq(write & head.mask.bit_select(lane, 1))]

@@ -69,16 +69,18 @@ async def _check_memory(ctx, dut, model):
         assert got == value, f"address {addr}: read {got}, the last write was {value}"
 
 
-@pytest.mark.parametrize("lanes,queue_depth,ready_registered",
-                         [(1, 2, False), (4, 2, False), (8, 3, False), (4, 1, True),
-                          (8, 3, True)])
-def test_rows_land_in_order(lanes, queue_depth, ready_registered):
+@pytest.mark.parametrize("lanes,queue_depth,ready_registered,w_registered",
+                         [(1, 2, False, False), (4, 2, False, False), (8, 3, False, False),
+                          (4, 1, True, False), (8, 3, True, False), (4, 1, True, True),
+                          (8, 2, True, True)])
+def test_rows_land_in_order(lanes, queue_depth, ready_registered, w_registered):
     """Random rows with random gaps. After each ``tag_done`` the tagged row is readable from
-    the next cycle; once ``idle`` every address holds what the last row to write it wrote."""
+    the next cycle; once ``idle`` every address holds what the last row to write it wrote
+    (with ``w_registered`` too: ``idle`` waits for a row still in the input register)."""
     rng = random.Random(lanes)
     plan, words = _plan(lanes, 80, rng)
     dut = LaneBank(lanes=lanes, shape=signed(8), words=words, queue_depth=queue_depth,
-                   ready_registered=ready_registered)
+                   ready_registered=ready_registered, w_registered=w_registered)
     state = {"offered": False}
 
     writer = _offer_all(dut.w_stream, plan, rng, state)
@@ -109,9 +111,21 @@ def test_rows_land_in_order(lanes, queue_depth, ready_registered):
             f"{seen} tag_done pulses for {sum(row['tag'] for row in plan)} tagged rows"
         await _check_memory(ctx, dut, _model(plan, lanes))
 
+    async def idle_means_written(ctx):
+        # `idle` in a cycle: every tagged row taken before it has had its `tag_done`
+        taken = done = 0
+        async for _, _, valid, ready, tag, idle, tag_done in ctx.tick().sample(
+                dut.w_stream.valid, dut.w_stream.ready, dut.w_stream.payload.tag, dut.idle,
+                dut.tag_done):
+            assert not idle or done == taken, \
+                f"idle with {taken - done} tagged rows taken and not yet written"
+            taken += valid and ready and tag
+            done += tag_done
+
     run_simulation(dut, lambda: [writer, reader],
-                   f"lane_bank_{lanes}_{queue_depth}_{int(ready_registered)}",
-                   deadline_cycles=40 * len(plan) * lanes)
+                   f"lane_bank_{lanes}_{queue_depth}_{int(ready_registered)}"
+                   f"{int(w_registered)}",
+                   deadline_cycles=40 * len(plan) * lanes, processes=[idle_means_written])
 
 
 @pytest.mark.parametrize("lanes,ready_registered", [(4, False), (8, False), (4, True)])
@@ -143,17 +157,20 @@ def test_burst_rate(lanes, ready_registered):
                    deadline_cycles=200)
 
 
-@pytest.mark.parametrize("lanes,queue_depth,seed", [(4, 1, 0), (4, 2, 1), (8, 3, 2)])
-def test_late_ready(lanes, queue_depth, seed):
+@pytest.mark.parametrize("lanes,queue_depth,seed,w_registered",
+                         [(4, 1, 0, False), (4, 2, 1, False), (8, 3, 2, False),
+                          (4, 1, 3, True), (8, 2, 4, True)])
+def test_late_ready(lanes, queue_depth, seed, w_registered):
     """With ``late_ready`` a writer that offers a row in every cycle after one with ``ready``
     high (as the attention core's X loader does, from its own register of it) loses none,
     though ``ready`` may have fallen since: direct writes hold the queue back at random, so
-    it fills to the limit. Every row lands where the model puts it."""
+    it fills to the limit. Every row lands where the model puts it (with ``w_registered``
+    too, a row a cycle later)."""
     rng = random.Random(seed)
     plan, words = _plan(lanes, 120, rng)
     extra = 4                    # words the direct writes use
     dut = LaneBank(lanes=lanes, shape=signed(8), words=words + extra, queue_depth=queue_depth,
-                   ready_registered=True, late_ready=True)
+                   ready_registered=True, late_ready=True, w_registered=w_registered)
     state = {"offered": False, "direct": {}, "late": 0}
 
     async def writer(ctx):
@@ -173,8 +190,13 @@ def test_late_ready(lanes, queue_depth, seed):
         state["offered"] = True
 
     async def direct(ctx):
+        # in runs of random length, so that the queue's head waits long enough for the queue
+        # to fill, and then drains while rows still arrive
+        run, write = 0, False
         while not state["offered"]:
-            write = rng.random() < 0.5
+            if run == 0:
+                run, write = rng.randrange(1, 3 * lanes), not write
+            run -= 1
             addr = (words + rng.randrange(extra)) * lanes + rng.randrange(lanes)
             value = rng.randrange(-128, 128)
             ctx.set(dut.d_en, write)
@@ -190,7 +212,7 @@ def test_late_ready(lanes, queue_depth, seed):
         await _check_memory(ctx, dut, _model(plan, lanes, state["direct"]))
 
     run_simulation(dut, lambda: [writer, direct],
-                   f"lane_bank_late_{lanes}_{queue_depth}",
+                   f"lane_bank_late_{lanes}_{queue_depth}_{int(w_registered)}",
                    deadline_cycles=40 * len(plan) * lanes)
     assert state["late"] > 0, "no row was offered after ready fell: the test proves nothing"
 
@@ -207,10 +229,13 @@ def test_bad_parameters(cls):
         LaneBank(lanes=2, shape=8, words=4, queue_depth=-1)
     with pytest.raises(ValueError, match="late_ready needs ready_registered"):
         LaneBank(lanes=2, shape=8, words=4, late_ready=True)
+    with pytest.raises(ValueError, match="w_registered needs ready_registered"):
+        LaneBank(lanes=2, shape=8, words=4, w_registered=True)
     for lanes, depth in ((1, 2), (2, 0)):       # no queue: the row goes in its own cycle
-        with pytest.raises(ValueError, match=r"late_ready needs .* a queue"):
-            LaneBank(lanes=lanes, shape=8, words=4, queue_depth=depth,
-                     ready_registered=True, late_ready=True)
+        for option in ("late_ready", "w_registered"):
+            with pytest.raises(ValueError, match=rf"{option} needs .* a queue"):
+                LaneBank(lanes=lanes, shape=8, words=4, queue_depth=depth,
+                         ready_registered=True, **{option: True})
 
 
 @pytest.mark.parametrize("lanes,queue_depth,registered",
