@@ -632,7 +632,12 @@ class AttentionCore(wiring.Component):
         rem_rows = Signal(range(lmax + 1))     # L - rb * R
         blk = Signal(range(max(lmax, dmax) + 1))
         rem_cols = Signal(range(max(lmax, dmax) + 1))
-        first, last = Signal(init=1), Signal()    # k == 0, k + 1 == red_len (below)
+        first = Signal(init=1, name="first")   # k == 0
+        last = Signal(name="last")             # the tile's last beat: `left` == 0
+        # beats of the tile after this one, and the tile's reduction length - 1 and == 1
+        # (set by `start_tile`; an op's tiles all have the same)
+        left, red_m1 = (Signal(range(max(lmax, dmax)), name=n) for n in ("left", "red_m1"))
+        red_one = Signal()
         tile = Signal(range(self.max_tiles + 1))
         # Word addresses of the current token block in the X/Q banks (Q at `q_base` up) and the
         # current key block in the K banks, kept beside the counters they follow (`rb` or the
@@ -653,12 +658,11 @@ class AttentionCore(wiring.Component):
         pv_rb, pv_h, pv_base, pv_slot = (Signal(range(lmax + 1)), Signal(range(hmax)),
                                          Signal(wpt_bits + 1), Signal(slot_bits))
         s_end, pv_end = Signal(), Signal()
-        # key blocks of the S op's row block, and the P.V reduction length of the PV op's: from
-        # the row block counters a cycle before, which never moved in the cycle before an op
-        # starts (an op ends, the next starts a cycle later), so they hold from its first beat
+        # key blocks of the S op's row block: from the row block counter a cycle before, which
+        # never moved in the cycle before an op starts (an op ends, the next starts a cycle
+        # later), so it holds from its first beat
         s_last_blk = Signal(range(lmax + 1))    # the S op's key blocks - 1
-        pv_len = Signal(range(lmax + 1))
-        m.d.sync += [s_last_blk.eq((key_bound(s_rb) - 1) >> lc), pv_len.eq(key_bound(pv_rb))]
+        m.d.sync += s_last_blk.eq((key_bound(s_rb) - 1) >> lc)
         # S ops done minus PV ops done, 0 to `slots`: S(n) starts while n <= PV ops done +
         # slots - 1, so PV(n - slots) has ended (its reads of P slot n mod `slots` are issued)
         # and the softmax has finished block n - slots (its reads of score slot n mod `slots`)
@@ -741,7 +745,8 @@ class AttentionCore(wiring.Component):
 
         def start_tile(k_word_init, reduction):
             m.d.sync += [k.eq(0), k_lane.eq(0), k_word.eq(k_word_init), first.eq(1),
-                         last.eq(reduction == 1)]
+                         last.eq(reduction == 1), left.eq(reduction - 1),
+                         red_m1.eq(reduction - 1), red_one.eq(reduction == 1)]
 
         with m.If(cur_op == 7):
             with m.If(phase_proj & ~proj_done):
@@ -759,7 +764,6 @@ class AttentionCore(wiring.Component):
                 with m.Elif(~pv_end & sm_ready):
                     m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
                                  rem_rows.eq(L - (pv_rb << lr)), v_word.eq(pv_base)]
-                    # (the bound from `pv_rb` itself: `pv_len` may be a cycle behind it here)
                     start_tile(pv_base, key_bound(pv_rb))
             with m.Elif(phase_out & ~out_issued):
                 m.d.sync += [cur_op.eq(_OUT), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
@@ -767,19 +771,16 @@ class AttentionCore(wiring.Component):
                              ot_base.eq(0), a_base.eq(0)]
                 start_tile(0, D)
 
-        # reduction length and "first/last" of the current tile
-        red_len = Signal(range(max(lmax, dmax) + 1))
-        with m.Switch(cur_op):
-            with m.Case(_PROJ, _OUT):
-                m.d.comb += red_len.eq(D)
-            with m.Case(_S):
-                m.d.comb += red_len.eq(d)
-            with m.Case(_PV):
-                m.d.comb += red_len.eq(pv_len)
-        # `first` (k == 0) and `last` (k + 1 == red_len) are registers, set by `start_tile`
-        # and here, so that no comparison of `k` lies before `issue`
+        # `first` and `last` of the current tile are registers, set by `start_tile` and here
+        # from `left` and the op's `red_m1` / `red_one`, so that neither a comparison of `k`
+        # nor the op's reduction length (selected by `cur_op`) lies behind `issue` (on the
+        # 16x8 ULX3S device `k + 2` compared with that length after `issue` was 14.1 ns)
         with m.If(issue):
-            m.d.sync += [first.eq(last), last.eq(Mux(last, red_len == 1, k + 2 == red_len))]
+            m.d.sync += first.eq(last)
+            with m.If(last):
+                m.d.sync += [left.eq(red_m1), last.eq(red_one)]
+            with m.Else():
+                m.d.sync += [left.eq(left - 1), last.eq(left == 1)]
 
         # advance the reduction counters on every issued beat
         with m.If(issue):
