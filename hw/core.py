@@ -52,7 +52,7 @@ from .lane_bank import LaneBank, LaneSerializer
 from .requant import Requantizer, sum_width
 from .softmax import Softmax
 from .systolic import SystolicArray
-from .target import KEEP_COPY, block_ram_attrs, is_ecp5, is_ice40
+from .target import KEEP_COPY, block_ram_attrs, is_ecp5, is_ice40, keep_copy_on_ecp5
 
 __all__ = ["AttentionCore", "COUNTERS"]
 
@@ -424,6 +424,13 @@ class AttentionCore(wiring.Component):
 
         # ---- top-level sequence ---------------------------------------------------------
         running = Signal()
+        # copies of `running` for the far groups of registers it clears (the X banks' token
+        # counters, each softmax unit's), kept apart on ECP5: on the 16x8 ULX3S device its
+        # clear went to 164 flip-flops across the die on one net (13.2 ns)
+        keep = keep_copy_on_ecp5(platform)
+        running_x = Signal(name="running_x", attrs=keep)
+        running_sm = [Signal(name=f"running_sm_{u}", attrs=keep) for u in range(U)]
+        run_flags = [running, running_x, *running_sm]
         outstanding = Signal(range(64))    # tiles issued to the array and not yet written
         tile_issued = Signal()
         tile_retired = Signal()
@@ -459,7 +466,7 @@ class AttentionCore(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.start.ready.eq(1)
                 with m.If(self.start.valid):
-                    m.d.sync += [args.eq(self.start.payload), running.eq(1)]
+                    m.d.sync += [args.eq(self.start.payload)] + [f.eq(1) for f in run_flags]
                     m.d.sync += derived_counts(self.start.payload)
                     m.d.sync += [lp_m.eq(0), lp_h.eq(0), lp_j.eq(0), lp_stage.eq(0),
                                  lp_idx.eq(0), lp_half.eq(0), lx_tok.eq(0), lx_w.eq(0)]
@@ -507,7 +514,7 @@ class AttentionCore(wiring.Component):
             with m.State("OUT"):
                 m.d.comb += phase_out.eq(1)
                 with m.If(out_done):
-                    m.d.sync += running.eq(0)
+                    m.d.sync += [f.eq(0) for f in run_flags]
                     m.next = "IDLE"
 
         # loads: memory writes
@@ -714,7 +721,7 @@ class AttentionCore(wiring.Component):
             x_tokens = [Signal(range(_ceil_div(lmax, R) + 1), name=f"x_tokens_{r}")
                         for r in range(R)]
             x_in = Signal()
-            with m.If(~running):
+            with m.If(~running_x):
                 m.d.sync += [x_in.eq(0)] + [t.eq(0) for t in x_tokens]
             with m.Else():
                 m.d.sync += x_in.eq(x_in | (x_loaded & banks_idle))
@@ -1385,7 +1392,7 @@ class AttentionCore(wiring.Component):
             m.d.comb += query.eq((blk_rb << lr) | (u * RU) | row)
             masked = Signal(name=f"sm_masked_{u}")
             m.d.comb += masked.eq((args.causal & (j > query)) | (j >= args.valid_len))
-            with m.If(~running):
+            with m.If(~running_sm[u]):
                 m.d.sync += [busy[u].eq(0), j.eq(0), row.eq(0)]
             with m.Elif(block_start):
                 m.d.sync += busy[u].eq(1)
@@ -1442,7 +1449,7 @@ class AttentionCore(wiring.Component):
                              port.en.eq(took_p & (po_row == i))]
             block_done = Signal(name=f"sm_block_done_{u}")
             m.d.comb += block_done.eq(took_p & softmax.o_stream.payload.last & (po_row == RU - 1))
-            with m.If(~running):
+            with m.If(~running_sm[u]):
                 m.d.sync += [po_j.eq(0), po_row.eq(0), p_slot.eq(0), sm_ahead[u].eq(0)]
             with m.Else():
                 m.d.sync += sm_ahead[u].eq(sm_ahead[u] + block_done - pv_ended)
