@@ -434,7 +434,20 @@ class AttentionCore(wiring.Component):
         outstanding = Signal(range(64))    # tiles issued to the array and not yet written
         tile_issued = Signal()
         tile_retired = Signal()
-        m.d.sync += outstanding.eq(outstanding + tile_issued - tile_retired)
+        # `drained`: no tile is issued and not written. With `feeder_claims` the count takes
+        # the issues and retires of the cycle before, from registers, so that neither the issue
+        # logic nor the writer lies before its carry chain (on the 16x8 ULX3S device the issue
+        # -> `outstanding` was 12.6 ns); a tile issued in either cycle is not counted yet, a
+        # tile retired last cycle still is.
+        drained = Signal()
+        if self.feeder_claims:
+            issued_q, retired_q = Signal(name="issued_q"), Signal(name="retired_q")
+            m.d.sync += [issued_q.eq(tile_issued), retired_q.eq(tile_retired),
+                         outstanding.eq(outstanding + issued_q - retired_q)]
+            m.d.comb += drained.eq((outstanding == 0) & ~tile_issued & ~issued_q)
+        else:
+            m.d.sync += outstanding.eq(outstanding + tile_issued - tile_retired)
+            m.d.comb += drained.eq((outstanding == 0) & ~tile_issued)
         out_done = Signal()                 # last output beat left
         # every X row queued at the X/Q banks is in them (a row is in a bank's queue from the
         # cycle after it is taken), and so is every row the writer retired (its serializer is
@@ -505,11 +518,11 @@ class AttentionCore(wiring.Component):
                                     m.d.sync += lp_h.eq(lp_h + 1)
             with m.State("PROJ"):
                 m.d.comb += phase_proj.eq(1)
-                with m.If(proj_done & (outstanding == 0) & ~tile_issued & banks_written):
+                with m.If(proj_done & drained & banks_written):
                     m.next = "ATT"
             with m.State("ATT"):
                 m.d.comb += phase_att.eq(1)
-                with m.If(att_done & (outstanding == 0) & ~tile_issued & banks_written):
+                with m.If(att_done & drained & banks_written):
                     m.next = "OUT"
             with m.State("OUT"):
                 m.d.comb += phase_out.eq(1)
