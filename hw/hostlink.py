@@ -502,7 +502,12 @@ class HostLink(wiring.Component):
             m.d.sync += [running.eq(0), last_status.eq(self.status), runs.eq(runs + 1)]
 
         # -- reads for the reply payload and for WRITE ------------------------------------------
-        m.d.comb += [rom_r.addr.eq(ptr), fb_r_addr.eq(idx)]
+        # The ROM reads at a copy of `ptr` of the cycle before: P_LOAD samples its word at least
+        # three cycles after `ptr` last moved (on the 16x8 ULX3S device `ptr`, used all over
+        # the link, reached the ROM's logic through 14.8 ns).
+        rom_addr = Signal.like(ptr, name="rom_addr")
+        m.d.sync += rom_addr.eq(ptr)
+        m.d.comb += [rom_r.addr.eq(rom_addr), fb_r_addr.eq(idx)]
 
         def reply(m, status, *, payload_len=0, source=None, words=0, bytes_per_word=1):
             m.d.sync += [r_status.eq(status), r_len.eq(payload_len), words_left.eq(words),
