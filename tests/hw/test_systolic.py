@@ -276,6 +276,25 @@ def test_flags_per_pe_on_ecp5(yosys, tmp_path):
     assert ecp5_flops(yosys, tmp_path, text, "array", keep=True, nets=valid) == rows * cols
 
 
+def test_control_skew_is_one_chain(yosys, tmp_path):
+    """The rows' control skew is one chain of ``rows - 1 + Lm`` stages that every row taps,
+    also on ECP5 with the keep script (a chain per row from the same gate put that gate in
+    front of every row's first stage: rows * (rows - 1) / 2 + rows * Lm stages)."""
+    from amaranth.back import rtlil
+
+    from tests.hw.ecp5_synth import ecp5_flops
+
+    class Ecp5:
+        device, family = "LFE5U-25F", "ecp5"
+
+    rows, cols = 4, 2
+    dut = SystolicArray.from_config(config(rows, cols, dsp="ecp5_registered"))
+    stages = rows - 1 + dut.mult_latency
+    text = rtlil.convert(dut, name="array", platform=Ecp5())
+    flops = ecp5_flops(yosys, tmp_path, text, "array", keep=True, nets=r"skew_ctl\d*_d\d+")
+    assert 0 < flops <= 3 * stages, f"{flops} control skew flip-flops for {stages} stages"
+
+
 @pytest.mark.parametrize("dsp,lutram", [("infer", False), ("infer", True),
                                         ("ecp5_registered", None)])
 def test_latency_is_as_documented(dsp, lutram):
