@@ -122,14 +122,11 @@ class LaneBank(wiring.Component):
         self.queue_depth, self.attrs = queue_depth, attrs
         self.d_registered = bool(d_registered)
         self.ready_registered = bool(ready_registered)
-        if late_ready and not (ready_registered and lanes > 1 and queue_depth > 0):
-            raise ValueError("late_ready needs ready_registered and a queue (lanes > 1, "
-                             "queue_depth > 0)")
-        self.late_ready = bool(late_ready)
-        if w_registered and not (ready_registered and lanes > 1 and queue_depth > 0):
-            raise ValueError("w_registered needs ready_registered and a queue (lanes > 1, "
-                             "queue_depth > 0)")
-        self.w_registered = bool(w_registered)
+        for option, value in (("late_ready", late_ready), ("w_registered", w_registered)):
+            if value and not (ready_registered and lanes > 1 and queue_depth > 0):
+                raise ValueError(f"{option} needs ready_registered and a queue (lanes > 1, "
+                                 f"queue_depth > 0)")
+        self.late_ready, self.w_registered = bool(late_ready), bool(w_registered)
         self.depth = words * lanes
         super().__init__({
             "w_stream": In(stream.Signature(row_layout(lanes, shape, words))),

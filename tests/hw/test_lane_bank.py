@@ -123,7 +123,7 @@ def test_rows_land_in_order(lanes, queue_depth, ready_registered, w_registered):
             done += tag_done
 
     run_simulation(dut, lambda: [writer, reader],
-                   f"lane_bank_{lanes}_{queue_depth}_{int(ready_registered)}"
+                   f"lane_bank_{lanes}_{queue_depth}_{int(ready_registered)}_"
                    f"{int(w_registered)}",
                    deadline_cycles=40 * len(plan) * lanes, processes=[idle_means_written])
 

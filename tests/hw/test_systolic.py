@@ -254,6 +254,11 @@ def test_read_address_per_column(lutram):
         assert not kept & copies and re.search(r"wire width \d+ \\r_addr\n", text)
 
 
+class _Ecp5:
+    """A platform that is an ECP5 to `hw.target` (no floorplan for this device)."""
+    device, family = "LFE5U-25F", "ecp5"
+
+
 def test_flags_per_pe_on_ecp5(yosys, tmp_path):
     """On ECP5 every PE keeps its own flag registers through synthesis (the board builds'
     :func:`hw.target.keep_copies_script`): one ``valid`` flip-flop per PE, where Yosys
@@ -264,13 +269,10 @@ def test_flags_per_pe_on_ecp5(yosys, tmp_path):
     from hw.target import KEEP_COPY
     from tests.hw.ecp5_synth import ecp5_flops
 
-    class Ecp5:
-        device, family = "LFE5U-25F", "ecp5"      # (no floorplan for this one)
-
     rows, cols = 3, 4
     cfg = config(rows, cols)
     assert KEEP_COPY not in rtlil.convert(SystolicArray.from_config(cfg))
-    text = rtlil.convert(SystolicArray.from_config(cfg), name="array", platform=Ecp5())
+    text = rtlil.convert(SystolicArray.from_config(cfg), name="array", platform=_Ecp5())
     valid = r"pe_\d+_\d+\.ctl\.valid"
     assert ecp5_flops(yosys, tmp_path, text, "array", keep=False, nets=valid) < rows * cols
     assert ecp5_flops(yosys, tmp_path, text, "array", keep=True, nets=valid) == rows * cols
@@ -284,13 +286,10 @@ def test_control_skew_is_one_chain(yosys, tmp_path):
 
     from tests.hw.ecp5_synth import ecp5_flops
 
-    class Ecp5:
-        device, family = "LFE5U-25F", "ecp5"
-
     rows, cols = 4, 2
     dut = SystolicArray.from_config(config(rows, cols, dsp="ecp5_registered"))
     stages = rows - 1 + dut.mult_latency
-    text = rtlil.convert(dut, name="array", platform=Ecp5())
+    text = rtlil.convert(dut, name="array", platform=_Ecp5())
     flops = ecp5_flops(yosys, tmp_path, text, "array", keep=True, nets=r"skew_ctl\d*_d\d+")
     assert 0 < flops <= 3 * stages, f"{flops} control skew flip-flops for {stages} stages"
 
