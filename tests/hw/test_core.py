@@ -7,6 +7,7 @@ from amaranth.hdl import Module, ResetInserter, Signal, Value
 from amaranth.lib.memory import Memory
 
 from attn import preset
+from attn.config import DSP_MODES
 from golden import attention_int, calibrate, make_mask, quantize_input
 from hw.bram import RegisteredMemory
 from hw.core import AttentionCore
@@ -97,14 +98,16 @@ def test_core_requant_units(units, stall):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("dsp", DSP_MODES)
 @pytest.mark.parametrize("seed", range(12))
-def test_core_random_shapes(seed):
+def test_core_random_shapes(seed, dsp):
     """Nightly size: random L, D, H, masks and stalls on the default preset's widths with
-    a small array."""
+    a small array, with inferred multipliers and with the ECP5's registered DSPs (and the
+    feeder that goes with them, :attr:`AttentionCore.feeder_claims`)."""
     rng = np.random.default_rng(seed)
     cfg = preset("default").replace(max_seq_len=12, max_d_model=24, max_heads=4,
                                     rows=int(rng.choice([1, 2, 4])),
-                                    cols=int(rng.choice([1, 2, 4])))
+                                    cols=int(rng.choice([1, 2, 4])), dsp=dsp)
     heads = int(rng.integers(1, 5))
     d_model = heads * int(rng.integers(1, 24 // heads + 1))
     seq_len = int(rng.integers(1, 13))
@@ -114,7 +117,7 @@ def test_core_random_shapes(seed):
                              valid_len=valid_len)
     run = simulate_core(cfg, qm, xi, causal=causal, valid_len=valid_len,
                         stall=float(rng.choice([0.0, 0.3, 0.7])), seed=seed,
-                        name=f"core_random_{seed}")
+                        name=f"core_random_{seed}_{dsp}")
     assert_equal(f"core output y ({seq_len}x{d_model}x{heads}, {cfg.rows}x{cfg.cols})",
                  expected.y, run.y)
     check_beats(run.counters, CoreShape(cfg, seq_len, d_model, heads), causal)
@@ -365,7 +368,7 @@ def test_core_probabilities_probe(units):
 
 
 @pytest.mark.parametrize("overrides, shape", [
-    ({}, (7, 12, 2)), ({}, (1, 16, 1)),
+    ({}, (7, 12, 2)), ({}, (1, 16, 1)), ({}, (3, 1, 1)),
     (dict(rows=8, cols=2, softmax_units=1, max_heads=4), (2, 16, 4)),
     (dict(requant_units=2, softmax_units=2), (7, 12, 2)),
     (dict(rows=8, cols=4, requant_units=4, bank_writers=1, softmax_units=1, max_heads=4,
@@ -383,7 +386,10 @@ def test_core_with_registered_dsps(overrides, shape):
     a tile of two rows in two cycles, sooner than the next tile's constants are read ahead
     (:attr:`AttentionCore.params_ahead`): the requantizers must wait for them. One serializer
     for rows of four lanes falls behind the requantizers, which then wait for credit; with
-    one lane per requantizer whether they take a row is decided a cycle ahead."""
+    one lane per requantizer whether they take a row is decided a cycle ahead. With D = 1
+    each projection tile reduces over one beat, so a beat that reads a stored weight is
+    followed by the next tile's beat that writes a new one at the same address: the read
+    must come first."""
     cfg = preset("tiny").replace(dsp="ecp5_registered", **overrides)
     assert AttentionCore(cfg).registered_reads
     qm, xi, expected = layer(cfg, *shape, seed=5, causal=True)
