@@ -1074,10 +1074,14 @@ class AttentionCore(wiring.Component):
         c_rd = c_mem.read_port()
         h_rd = h_mem.read_port()
         take_desc = Signal()
+        # (with `params_ahead` only the cycle after a take uses what the constants memories
+        # read, so they read every cycle: on the 16x8 ULX3S device the take -> their block
+        # RAMs' clock enables was a 13.9 ns path)
+        read_en = 1 if self.params_ahead else take_desc
         m.d.comb += [desc.r_en.eq(take_desc),
-                     c_rd.addr.eq(head_desc.tile), c_rd.en.eq(take_desc),
+                     c_rd.addr.eq(head_desc.tile), c_rd.en.eq(read_en),
                      h_rd.addr.eq(Cat(head_desc.op == _PV, head_desc.head)),
-                     h_rd.en.eq(take_desc)]
+                     h_rd.en.eq(read_en)]
 
         def picked(op):
             # a tile's constants, one set per output lane, from what was read for its op
