@@ -163,9 +163,20 @@ class AttentionCore(wiring.Component):
 
     @property
     def feed_lead(self) -> int:
-        """Cycles from issuing a beat to the array taking it when the stages never stop: FA
-        (with :attr:`registered_reads`), F1, F2."""
-        return 2 + self.registered_reads
+        """Cycles from issuing a beat to the array taking it when the stages never stop: FB
+        (with :attr:`staged_addresses`), FA (with :attr:`registered_reads`), F1, F2."""
+        return 2 + self.registered_reads + self.staged_addresses
+
+    @property
+    def staged_addresses(self) -> bool:
+        """Whether the read addresses and the beat's fields pass a stage FB before FA
+        (wherever the feeder claims, :attr:`feeder_claims`): the addresses go to a register
+        per group of four memories (KEEP_COPY), and FA's copies at the memories take them
+        from those, so that two registers lie between the central counters and each memory,
+        not one (on the 16x8 ULX3S device `k` -> V's read address -> the farthest lane's copy
+        was a 13.1 ns path). The weights are written from FB too. A cycle more of latency per
+        operation."""
+        return self.feeder_claims
 
     @property
     def softmax_credits(self) -> int:
@@ -934,34 +945,62 @@ class AttentionCore(wiring.Component):
                 m.d.sync += [f1_valid.eq(fa_valid), f1.eq(fa), f1_w.eq(fa_w)]
         else:
             fa, fa_valid, fa_w = f1, f1_valid, f1_w
+        # (the stage the issue loads: FB with `staged_addresses`, else FA)
+        fi, fi_valid, fi_w = fa, fa_valid, fa_w
+        if self.staged_addresses:
+            fi, fi_valid = Signal.like(f1, name="fb"), Signal(name="fb_valid")
+            fi_w = Signal.like(f1_w, name="fb_w", reset_less=True)
+            with m.If(adv):
+                m.d.sync += [fa_valid.eq(fi_valid), fa.eq(fi), fa_w.eq(fi_w)]
         with m.If(adv):
-            m.d.sync += [fa_valid.eq(issue), f2_valid.eq(f1_valid)]
+            m.d.sync += [fi_valid.eq(issue), f2_valid.eq(f1_valid)]
         # the beat's fields: with `feeder_claims` (stages that never stop) loaded every cycle,
-        # `fa_valid` says whether they are a beat's, so the issue drives no enable of theirs
+        # the valid flag says whether they are a beat's, so the issue drives no enable of theirs
         load_fields, load_w = Signal(), Signal()
         if self.feeder_claims:
             m.d.comb += [load_fields.eq(1), load_w.eq(1)]
         else:
             m.d.comb += [load_fields.eq(issue), load_w.eq(issue & want_w)]
         with m.If(load_fields):
-            m.d.sync += [fa.op.eq(cur_op[:2]), fa.rows.eq(row_mask),
-                         fa.first.eq(first), fa.last.eq(last), fa.wsrc.eq(want_w),
-                         fa.cols.eq(col_mask)]
+            m.d.sync += [fi.op.eq(cur_op[:2]), fi.rows.eq(row_mask),
+                         fi.first.eq(first), fi.last.eq(last), fi.wsrc.eq(want_w),
+                         fi.cols.eq(col_mask)]
         with m.If(load_w):
-            m.d.sync += fa_w.eq(w_payload)
+            m.d.sync += fi_w.eq(w_payload)
 
-        def read_address(value, name):
-            # `value`, or with `registered_reads` a register of it (one per memory)
+        staged = {}
+
+        def read_address(value, name, group=0):
+            # `value`, or with `registered_reads` a register of it (one per memory); with
+            # `staged_addresses` that register takes `value` from a register of the memory's
+            # group (one per `group` and `name` without its index)
             if not self.registered_reads:
                 return value
+            if self.staged_addresses:
+                base, _, index = name.rpartition("_")
+                key = (base if index.isdigit() else name, group)
+                if key not in staged:
+                    staged[key] = Signal(len(value), name=f"{key[0]}_g{group}",
+                                         reset_less=True, attrs={KEEP_COPY: 1})
+                    with m.If(adv):
+                        m.d.sync += staged[key].eq(value)
+                value = staged[key]
             copy = Signal(len(value), name=name, reset_less=True, attrs={KEEP_COPY: 1})
             with m.If(adv):
                 m.d.sync += copy.eq(value)
             return copy
 
         wb_w = w_mem.write_port()
-        m.d.comb += [wb_w.addr.eq(k), wb_w.data.eq(w_payload),
-                     wb_w.en.eq(issue & want_w)]
+        if self.staged_addresses:
+            # the weights are written a cycle late too (from FB), so that the reads and
+            # writes of the beats stay in the order they have without FB (a beat reading a
+            # stored weight reads it before the next tile's beat overwrites it)
+            w_addr, w_en = Signal.like(k, name="w_waddr"), Signal(name="w_wen")
+            m.d.sync += [w_addr.eq(k), w_en.eq(issue & want_w)]
+            m.d.comb += [wb_w.addr.eq(w_addr), wb_w.data.eq(fi_w), wb_w.en.eq(w_en)]
+        else:
+            m.d.comb += [wb_w.addr.eq(k), wb_w.data.eq(w_payload),
+                         wb_w.en.eq(issue & want_w)]
         wb_r = w_mem.read_port(transparent_for=(wb_w,))
         m.d.comb += [wb_r.addr.eq(read_address(k, "w_raddr")), wb_r.en.eq(adv)]
 
@@ -973,18 +1012,19 @@ class AttentionCore(wiring.Component):
                      k_addr.eq(Cat(k_lane[:lc], k_base + k_word))]
         for r in range(R):
             m.d.comb += [
-                xq_bank[r].r_addr.eq(read_address(xq_addr, f"xq_raddr_{r}")),
+                xq_bank[r].r_addr.eq(read_address(xq_addr, f"xq_raddr_{r}", r // 4)),
                 xq_bank[r].r_en.eq(adv),
-                p_rd[r].addr.eq(read_address(Cat(k[:tok_bits], pv_slot), f"p_raddr_{r}")),
+                p_rd[r].addr.eq(read_address(Cat(k[:tok_bits], pv_slot), f"p_raddr_{r}",
+                                             r // 4)),
                 p_rd[r].en.eq(adv),
             ]
         for c in range(C):
-            m.d.comb += [k_bank[c].r_addr.eq(read_address(k_addr, f"k_raddr_{c}")),
+            m.d.comb += [k_bank[c].r_addr.eq(read_address(k_addr, f"k_raddr_{c}", c // 4)),
                          k_bank[c].r_en.eq(adv)]
         v_r_addr = at(k, v_word)
         if self.registered_reads:
             for c, memory in enumerate(v_lane_mem):
-                m.d.comb += [memory.r_addr.eq(read_address(v_r_addr, f"v_raddr_{c}")),
+                m.d.comb += [memory.r_addr.eq(read_address(v_r_addr, f"v_raddr_{c}", c // 4)),
                              memory.r_en.eq(adv)]
         else:
             m.d.comb += [v_rd.addr.eq(v_r_addr), v_rd.en.eq(adv)]
@@ -1024,18 +1064,52 @@ class AttentionCore(wiring.Component):
             def selects(lane, *sources):
                 return Signal(data.StructLayout({source: 1 for source in sources}),
                               name=f"f2_sel_{lane}", attrs={KEEP_COPY: 1})
+            def decode(lane_a, lane_b, sel_a, sel_b):
+                # the selects from each lane's fields, registered: `lane_a(r)` gives row r's
+                # op and mask bit, `lane_b(c)` column c's op, mask bit and weights source
+                with m.If(adv):
+                    for r, sel in enumerate(sel_a):
+                        op, row = lane_a(r)
+                        m.d.sync += [sel.p.eq(row & (op == _PV)), sel.xq.eq(row & (op != _PV))]
+                    for c, sel in enumerate(sel_b):
+                        op, col, wsrc = lane_b(c)
+                        weights = (op == _PROJ) | (op == _OUT)
+                        m.d.sync += [sel.w.eq(col & weights & wsrc),
+                                     sel.wb.eq(col & weights & ~wsrc),
+                                     sel.k.eq(col & (op == _S)),
+                                     sel.v.eq(col & (op == _PV))]
             sel_a = [selects(f"a{r}", "p", "xq") for r in range(R)]
             sel_b = [selects(f"b{c}", "w", "wb", "k", "v") for c in range(C)]
-            weights = (f1.op == _PROJ) | (f1.op == _OUT)
-            with m.If(adv):
-                for r, sel in enumerate(sel_a):
-                    m.d.sync += [sel.p.eq(f1.rows[r] & (f1.op == _PV)),
-                                 sel.xq.eq(f1.rows[r] & (f1.op != _PV))]
-                for c, sel in enumerate(sel_b):
-                    m.d.sync += [sel.w.eq(f1.cols[c] & weights & f1.wsrc),
-                                 sel.wb.eq(f1.cols[c] & weights & ~f1.wsrc),
-                                 sel.k.eq(f1.cols[c] & (f1.op == _S)),
-                                 sel.v.eq(f1.cols[c] & (f1.op == _PV))]
+            if self.staged_addresses:
+                # (stages that never stop) FB's fields go to a copy per group of four lanes
+                # (FA), are decoded into a copy per lane (F1), then into the lane's selects
+                # (F2): three registers from the central fields to the lanes, the first net
+                # reaching a few groups, not every lane (on the 16x8 ULX3S device F1's fields
+                # -> the selects was a 13.5 ns path; FA's -> a copy per lane -> the selects
+                # still 13.1 ns)
+                def groups(name, mask):
+                    copies = []
+                    for g in range(_ceil_div(len(mask), 4)):
+                        part = mask[4 * g:4 * g + 4]
+                        copy = Signal(data.StructLayout({"op": 2, "wsrc": 1,
+                                                         "mask": len(part)}),
+                                      name=f"{name}_g{g}", attrs={KEEP_COPY: 1})
+                        with m.If(adv):
+                            m.d.sync += [copy.op.eq(fi.op), copy.wsrc.eq(fi.wsrc),
+                                         copy.mask.eq(part)]
+                        copies.append(copy)
+                    return copies
+                g_a, g_b = groups("fa_rows", fi.rows), groups("fa_cols", fi.cols)
+                pre_a = [Signal.like(sel, name=f"f1_sel_a{r}") for r, sel in enumerate(sel_a)]
+                pre_b = [Signal.like(sel, name=f"f1_sel_b{c}") for c, sel in enumerate(sel_b)]
+                decode(lambda r: (g_a[r // 4].op, g_a[r // 4].mask[r % 4]),
+                       lambda c: (g_b[c // 4].op, g_b[c // 4].mask[c % 4], g_b[c // 4].wsrc),
+                       pre_a, pre_b)
+                with m.If(adv):
+                    m.d.sync += [sel.eq(pre) for sel, pre in zip(sel_a + sel_b, pre_a + pre_b)]
+            else:
+                decode(lambda r: (f1.op, f1.rows[r]), lambda c: (f1.op, f1.cols[c], f1.wsrc),
+                       sel_a, sel_b)
         m.d.comb += [array.i_stream.valid.eq(f2_valid), array.i_stream.payload.eq(beat)]
         for r in range(R):
             # X / head outputs (projections, output) or Q (scores) from the shared bank, P (PV)

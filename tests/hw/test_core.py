@@ -389,7 +389,8 @@ def test_core_with_registered_dsps(overrides, shape):
     one lane per requantizer whether they take a row is decided a cycle ahead. With D = 1
     each projection tile reduces over one beat, so a beat that reads a stored weight is
     followed by the next tile's beat that writes a new one at the same address: the read
-    must come first."""
+    must come first (it did not with :attr:`AttentionCore.staged_addresses` delaying the
+    reads and not the writes)."""
     cfg = preset("tiny").replace(dsp="ecp5_registered", **overrides)
     assert AttentionCore(cfg).registered_reads
     qm, xi, expected = layer(cfg, *shape, seed=5, causal=True)
@@ -408,7 +409,9 @@ def test_core_feed_lanes_apart(name, per_lane):
     counters take the end of a P.V op from a register, and the requantizers take their
     constants from two register sets read ahead, each requantizer with its own copy of the
     set's select, and each X/Q bank's token count is compared with the row block in a
-    register of its own; elsewhere one select and none of those registers."""
+    register of its own, and the read addresses and the beat's fields pass a register per
+    group of four memories or lanes (:attr:`AttentionCore.staged_addresses`); elsewhere one
+    select and none of those registers."""
     import re
 
     from amaranth.back import rtlil
@@ -429,9 +432,19 @@ def test_core_feed_lanes_apart(name, per_lane):
     registers = {"pv_ended", "params_0", "params_1"}
     registers |= {f"x_tok_ok_{r}" for r in range(cfg.rows)}
     defined = set(re.findall(r"wire width \d+ \\(\S+)\n", text))
+    # FB: the read addresses and the beat's fields go to a register per group of four
+    # memories or lanes, which FA's copies take (and the weights are written from FB)
+    row_groups, col_groups = range(-(-cfg.rows // 4)), range(-(-cfg.cols // 4))
+    staged = {f"{name}_g{g}" for name in ("xq_raddr", "p_raddr", "fa_rows")
+              for g in row_groups}
+    staged |= {f"{name}_g{g}" for name in ("k_raddr", "v_raddr", "fa_cols")
+               for g in col_groups}
+    staged |= {"w_raddr_g0"}
+    assert core.staged_addresses == per_lane
     if per_lane:
         assert sels <= kept, sorted(sels - kept)
-        assert registers <= defined, sorted(registers - defined)
+        assert staged <= kept, sorted(staged - kept)
+        assert registers | {"w_waddr"} <= defined, sorted(registers - defined)
     else:
         assert not kept & sels and "f2_sel_" not in text and "params_sel_" not in text
-        assert not registers & defined
+        assert not (registers | staged | {"w_waddr"}) & defined
