@@ -103,6 +103,9 @@ class AttentionCore(wiring.Component):
         ``o_stream.ready``; cycles the array waited for the softmax.
     """
 
+    #: Memories (or array lanes) per register of the stage FB (:attr:`staged_addresses`).
+    FB_GROUP = 4
+
     def __init__(self, cfg):
         for name in ("rows", "cols"):
             value = getattr(cfg, name)
@@ -171,11 +174,11 @@ class AttentionCore(wiring.Component):
     def staged_addresses(self) -> bool:
         """Whether the read addresses and the beat's fields pass a stage FB before FA
         (wherever the feeder claims, :attr:`feeder_claims`): the addresses go to a register
-        per group of four memories (KEEP_COPY), and FA's copies at the memories take them
-        from those, so that two registers lie between the central counters and each memory,
-        not one (on the 16x8 ULX3S device `k` -> V's read address -> the farthest lane's copy
-        was a 13.1 ns path). The weights are written from FB too. A cycle more of latency per
-        operation."""
+        per group of :attr:`FB_GROUP` memories (KEEP_COPY), and FA's copies at the memories
+        take them from those, so that two registers lie between the central counters and
+        each memory, not one (on the 16x8 ULX3S device `k` -> V's read address -> the
+        farthest lane's copy was a 13.1 ns path). The weights are written from FB too. A
+        cycle more of latency per operation."""
         return self.feeder_claims
 
     @property
@@ -970,22 +973,22 @@ class AttentionCore(wiring.Component):
 
         staged = {}
 
-        def read_address(value, name, group=0):
-            # `value`, or with `registered_reads` a register of it (one per memory); with
-            # `staged_addresses` that register takes `value` from a register of the memory's
-            # group (one per `group` and `name` without its index)
+        def read_address(value, name, index=None):
+            # `value`, or with `registered_reads` a register of it (`name`, `name_{index}`
+            # for memory `index` of several); with `staged_addresses` that register takes
+            # `value` from a register of the memory's group (`name_g{group}`)
             if not self.registered_reads:
                 return value
             if self.staged_addresses:
-                base, _, index = name.rpartition("_")
-                key = (base if index.isdigit() else name, group)
+                key = (name, (index or 0) // self.FB_GROUP)
                 if key not in staged:
-                    staged[key] = Signal(len(value), name=f"{key[0]}_g{group}",
+                    staged[key] = Signal(len(value), name=f"{name}_g{key[1]}",
                                          reset_less=True, attrs={KEEP_COPY: 1})
                     with m.If(adv):
                         m.d.sync += staged[key].eq(value)
                 value = staged[key]
-            copy = Signal(len(value), name=name, reset_less=True, attrs={KEEP_COPY: 1})
+            copy = Signal(len(value), name=name if index is None else f"{name}_{index}",
+                          reset_less=True, attrs={KEEP_COPY: 1})
             with m.If(adv):
                 m.d.sync += copy.eq(value)
             return copy
@@ -1012,19 +1015,18 @@ class AttentionCore(wiring.Component):
                      k_addr.eq(Cat(k_lane[:lc], k_base + k_word))]
         for r in range(R):
             m.d.comb += [
-                xq_bank[r].r_addr.eq(read_address(xq_addr, f"xq_raddr_{r}", r // 4)),
+                xq_bank[r].r_addr.eq(read_address(xq_addr, "xq_raddr", r)),
                 xq_bank[r].r_en.eq(adv),
-                p_rd[r].addr.eq(read_address(Cat(k[:tok_bits], pv_slot), f"p_raddr_{r}",
-                                             r // 4)),
+                p_rd[r].addr.eq(read_address(Cat(k[:tok_bits], pv_slot), "p_raddr", r)),
                 p_rd[r].en.eq(adv),
             ]
         for c in range(C):
-            m.d.comb += [k_bank[c].r_addr.eq(read_address(k_addr, f"k_raddr_{c}", c // 4)),
+            m.d.comb += [k_bank[c].r_addr.eq(read_address(k_addr, "k_raddr", c)),
                          k_bank[c].r_en.eq(adv)]
         v_r_addr = at(k, v_word)
         if self.registered_reads:
             for c, memory in enumerate(v_lane_mem):
-                m.d.comb += [memory.r_addr.eq(read_address(v_r_addr, f"v_raddr_{c}", c // 4)),
+                m.d.comb += [memory.r_addr.eq(read_address(v_r_addr, "v_raddr", c)),
                              memory.r_en.eq(adv)]
         else:
             m.d.comb += [v_rd.addr.eq(v_r_addr), v_rd.en.eq(adv)]
@@ -1081,16 +1083,18 @@ class AttentionCore(wiring.Component):
             sel_a = [selects(f"a{r}", "p", "xq") for r in range(R)]
             sel_b = [selects(f"b{c}", "w", "wb", "k", "v") for c in range(C)]
             if self.staged_addresses:
-                # (stages that never stop) FB's fields go to a copy per group of four lanes
+                # (stages that never stop) FB's fields go to a copy per group of lanes
                 # (FA), are decoded into a copy per lane (F1), then into the lane's selects
                 # (F2): three registers from the central fields to the lanes, the first net
                 # reaching a few groups, not every lane (on the 16x8 ULX3S device F1's fields
                 # -> the selects was a 13.5 ns path; FA's -> a copy per lane -> the selects
                 # still 13.1 ns)
+                n = self.FB_GROUP
+
                 def groups(name, mask):
                     copies = []
-                    for g in range(_ceil_div(len(mask), 4)):
-                        part = mask[4 * g:4 * g + 4]
+                    for g in range(_ceil_div(len(mask), n)):
+                        part = mask[n * g:n * g + n]
                         copy = Signal(data.StructLayout({"op": 2, "wsrc": 1,
                                                          "mask": len(part)}),
                                       name=f"{name}_g{g}", attrs={KEEP_COPY: 1})
@@ -1102,8 +1106,8 @@ class AttentionCore(wiring.Component):
                 g_a, g_b = groups("fa_rows", fi.rows), groups("fa_cols", fi.cols)
                 pre_a = [Signal.like(sel, name=f"f1_sel_a{r}") for r, sel in enumerate(sel_a)]
                 pre_b = [Signal.like(sel, name=f"f1_sel_b{c}") for c, sel in enumerate(sel_b)]
-                decode(lambda r: (g_a[r // 4].op, g_a[r // 4].mask[r % 4]),
-                       lambda c: (g_b[c // 4].op, g_b[c // 4].mask[c % 4], g_b[c // 4].wsrc),
+                decode(lambda r: (g_a[r // n].op, g_a[r // n].mask[r % n]),
+                       lambda c: (g_b[c // n].op, g_b[c // n].mask[c % n], g_b[c // n].wsrc),
                        pre_a, pre_b)
                 with m.If(adv):
                     m.d.sync += [sel.eq(pre) for sel, pre in zip(sel_a + sel_b, pre_a + pre_b)]

@@ -432,9 +432,9 @@ def test_core_feed_lanes_apart(name, per_lane):
     registers = {"pv_ended", "params_0", "params_1"}
     registers |= {f"x_tok_ok_{r}" for r in range(cfg.rows)}
     defined = set(re.findall(r"wire width \d+ \\(\S+)\n", text))
-    # FB: the read addresses and the beat's fields go to a register per group of four
-    # memories or lanes, which FA's copies take (and the weights are written from FB)
-    row_groups, col_groups = range(-(-cfg.rows // 4)), range(-(-cfg.cols // 4))
+    # FB: the read addresses and the beat's fields go to a register per group of memories or
+    # lanes, which FA's copies take (and the weights are written from FB)
+    row_groups, col_groups = (range(-(-n // core.FB_GROUP)) for n in (cfg.rows, cfg.cols))
     staged = {f"{name}_g{g}" for name in ("xq_raddr", "p_raddr", "fa_rows")
               for g in row_groups}
     staged |= {f"{name}_g{g}" for name in ("k_raddr", "v_raddr", "fa_cols")
