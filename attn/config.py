@@ -56,6 +56,7 @@ _INT_RANGES = {
     "bank_writers": (0, 64),
     "requant_units": (0, 64),
     "score_slots": (0, 8),
+    "address_stages": (0, 2),
 }
 
 
@@ -135,6 +136,13 @@ class AttnConfig:
         memories hold: the array computes scores up to ``score_slots - 1`` blocks ahead of
         the P.V product waiting for the softmax. A power of two from 2 to 8, or 0 (the
         default) for :attr:`score_slot_count`. Results do not depend on it.
+    address_stages : int
+        Register stages between the attention core's issue logic and its memories' read
+        addresses with ``dsp="ecp5_registered"`` (whose feeder never stops): 1 (FA, a copy of
+        each address at its memory) or 2 (FB before FA: a register per group of four
+        memories, a cycle more per operation, for arrays that span the die), or 0 (the
+        default) for :attr:`address_stage_count`. The other DSP modes have none and take
+        only 0. Results do not depend on it.
 
     Raises
     ------
@@ -172,6 +180,7 @@ class AttnConfig:
     bank_writers: int = 0
     requant_units: int = 0
     score_slots: int = 0
+    address_stages: int = 0
 
     def __post_init__(self):
         if not isinstance(self.name, str):
@@ -213,6 +222,9 @@ class AttnConfig:
         slots = self.score_slots
         if slots and (slots & (slots - 1) or slots < 2):
             raise ValueError(f"score_slots ({slots}) must be 0 or a power of two from 2 to 8")
+        if self.address_stages and self.dsp != "ecp5_registered":
+            raise ValueError(f"address_stages ({self.address_stages}) must be 0 unless dsp is "
+                             f"ecp5_registered (dsp={self.dsp!r} has no address stages)")
         if self.acc_bits + self.mult_bits > 62:
             raise ValueError(f"acc_bits ({self.acc_bits}) + mult_bits ({self.mult_bits}) must "
                              f"not exceed 62 (requantization products are exact in int64)")
@@ -257,6 +269,19 @@ class AttnConfig:
         if self.score_slots:
             return self.score_slots
         return 4 if self.pes >= 64 else 2
+
+    @property
+    def address_stage_count(self) -> int:
+        """Register stages between the attention core's issue logic and its memories' read
+        addresses: ``address_stages``, or for 0 none unless ``dsp="ecp5_registered"``, then
+        two on arrays of more than 64 PEs, else one. The second stage (FB) took the 16x8
+        ULX3S device from 74.1 / 76.1 / 72.2 to 80.7 / 77.7 / 81.8 MHz at nextpnr seeds
+        1 / 2 / 3, and the 8x4 from 103.3 / 103.1 / 103.5 down to 89.1 / 94.3 / 96.4 MHz."""
+        if self.address_stages:
+            return self.address_stages
+        if self.dsp != "ecp5_registered":
+            return 0
+        return 2 if self.pes > 64 else 1
 
     @property
     def requant_unit_count(self) -> int:

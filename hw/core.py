@@ -173,13 +173,14 @@ class AttentionCore(wiring.Component):
     @property
     def staged_addresses(self) -> bool:
         """Whether the read addresses and the beat's fields pass a stage FB before FA
-        (wherever the feeder claims, :attr:`feeder_claims`): the addresses go to a register
+        (``cfg.address_stage_count`` is 2: by default where the feeder claims,
+        :attr:`feeder_claims`, on arrays of more than 64 PEs): the addresses go to a register
         per group of :attr:`FB_GROUP` memories (KEEP_COPY), and FA's copies at the memories
         take them from those, so that two registers lie between the central counters and
         each memory, not one (on the 16x8 ULX3S device `k` -> V's read address -> the
-        farthest lane's copy was a 13.1 ns path). The weights are written from FB too. A
-        cycle more of latency per operation."""
-        return self.feeder_claims
+        farthest lane's copy was a 13.1 ns path; the 8x4 lost 9 MHz with it). The weights
+        are written from FB too. A cycle more of latency per operation."""
+        return self.cfg.address_stage_count == 2
 
     @property
     def softmax_credits(self) -> int:

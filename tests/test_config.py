@@ -64,6 +64,10 @@ def test_frozen():
     (dict(score_slots=1), ValueError,
      r"score_slots \(1\) must be 0 or a power of two from 2 to 8"),
     (dict(score_slots=16), ValueError, r"score_slots must be between 0 and 8, not 16"),
+    (dict(address_stages=1), ValueError,
+     r"address_stages \(1\) must be 0 unless dsp is ecp5_registered \(dsp='infer'"),
+    (dict(address_stages=3, dsp="ecp5_registered"), ValueError,
+     r"address_stages must be between 0 and 2, not 3"),
 ])
 def test_invalid_parameters_are_named(changes, error, message):
     with pytest.raises(error, match=message):
@@ -109,6 +113,18 @@ def test_score_slot_count(rows, cols, slots, count):
     field."""
     cfg = preset("default").replace(rows=rows, cols=cols, score_slots=slots)
     assert cfg.score_slot_count == count
+
+
+@pytest.mark.parametrize("rows,cols,dsp,stages,count", [
+    (4, 4, "infer", 0, 0), (16, 8, "infer", 0, 0), (8, 8, "ecp5_registered", 0, 1),
+    (16, 8, "ecp5_registered", 0, 2), (2, 2, "ecp5_registered", 2, 2),
+    (16, 8, "ecp5_registered", 1, 1),
+])
+def test_address_stage_count(rows, cols, dsp, stages, count):
+    """0 picks none with inferred multipliers; with the ECP5's registered DSPs two on arrays
+    of more than 64 PEs, one on the others; otherwise the field."""
+    cfg = preset("default").replace(rows=rows, cols=cols, dsp=dsp, address_stages=stages)
+    assert cfg.address_stage_count == count
 
 
 def test_from_dict_rejects_unknown_fields():
