@@ -126,8 +126,8 @@ class HostLink(wiring.Component):
     cycle after ``start`` until the cycle after ``busy`` falls (or the RESET) the core owns the
     region ports, and while the core runs or owns them WRITE, READ and RUN are refused with
     ``BUSY``. ``busy`` must not rise while the core is not running. RUN replies at once
-    ("started"); the host polls STATUS. RESET pulses ``core_reset`` for one cycle and clears the
-    running flag; region contents are kept.
+    ("started"); the host polls STATUS, whose BUSY flag is ``busy`` a cycle before. RESET
+    pulses ``core_reset`` for one cycle and clears the running flag; region contents are kept.
 
     Parameters
     ----------
@@ -488,9 +488,15 @@ class HostLink(wiring.Component):
         runs = Signal(16)
         errors = Signal(16)
         status_word = Signal(8 * STATUS_PAYLOAD)
+        # the BUSY flag from a register of `busy` (a cycle late: it falls as `running` does
+        # or after): `busy` comes from across the die, and on the 16x8 ULX3S device its gates
+        # beside the reply's word multiplexer pulled the link's state decode there and back
+        # (fsm_state -> `word`, 12.8 ns)
+        busy_flag = Signal()
+        m.d.sync += busy_flag.eq(self.busy)
         m.d.comb += [
             _field(status_word, STATUS_FIELDS, "flags").eq(
-                Mux(running, FLAG_RUNNING, 0) | Mux(self.busy, FLAG_BUSY, 0)),
+                Mux(running, FLAG_RUNNING, 0) | Mux(busy_flag, FLAG_BUSY, 0)),
             _field(status_word, STATUS_FIELDS, "last_status").eq(last_status),
             _field(status_word, STATUS_FIELDS, "runs").eq(runs),
             _field(status_word, STATUS_FIELDS, "errors").eq(errors),
