@@ -712,11 +712,16 @@ class AttentionCore(wiring.Component):
         # register (`pv_ended`), and no PV starts in that cycle: on the 16x8 ULX3S device the
         # end of a PV op (from the issue) went to the eight units' counters, and the LUT they
         # share sat 33 columns from the issue logic, in the middle of the slowest path.
+        # `sm_ready` comes from a register too (last cycle's, and no PV ended since): the eight
+        # units' counters sit by their units, and on the 16x8 device their comparisons were
+        # the start of the issue logic's slowest paths (a PV op's start -> the counters).
         pv_ended, sm_written = pv_ends, Cat(ahead != 0 for ahead in sm_ahead).all()
         if self.feeder_claims:
             pv_ended = Signal()
             m.d.sync += pv_ended.eq(pv_ends)
-            sm_written = sm_written & ~pv_ended
+            sm_written_r = Signal(name="sm_written_r")
+            m.d.sync += sm_written_r.eq(sm_written & ~pv_ended)
+            sm_written = sm_written_r & ~pv_ended
         m.d.comb += sm_ready.eq(sm_written)
         # output loop
         ot_cb = Signal(range(dmax + 1))
