@@ -153,7 +153,8 @@ def cmd_build(args) -> int:
     spec = board_spec(args.board)
     cfg = _parse_overrides(preset(args.preset or spec.preset), args.set)
     try:
-        report = build_board(spec, cfg, clock_mhz=args.clock, baud=args.baud, seed=args.seed,
+        report = build_board(spec, cfg, clock_mhz=args.clock, baud=args.baud,
+                             target_mhz=args.target, seed=args.seed,
                              placer=args.placer, router=args.router, out_dir=args.out,
                              allow_timing_fail=args.allow_timing_fail)
     except BuildFailed as exc:
@@ -189,7 +190,8 @@ def cmd_sweep(args) -> int:
     out = Path(args.out or f"build/sweep/{spec.name}")
     points = sweep(spec, cfg, arrays, layer, variants=variants, jobs=args.jobs, sim=args.sim,
                    out_dir=out, seeds=parse_seeds(args.seeds),
-                   nextpnr_opts=nextpnr_options(args.placer, args.router))
+                   nextpnr_opts=nextpnr_options(args.placer, args.router),
+                   target_mhz=args.target)
     paths = write_sweep(points, out, board=spec.name, layer=layer)
     print(paths["md"].read_text())
     print(f"attn sweep: wrote {paths['md']}, {paths['json']} and {paths['png']}")
@@ -384,6 +386,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="design clock made by the PLL (default: the board's)")
     build.add_argument("--baud", type=int, default=None,
                        help="UART baud rate (default: the board's)")
+    build.add_argument("--target", type=float, default=None, metavar="MHZ",
+                       help="nextpnr's timing target for the design clock, at least --clock "
+                       "(default: the clock): higher makes its placement and routing work "
+                       "harder for the same bitstream clock (--target 90 for --preset "
+                       "ulx3s_16x8)")
     build.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
     build.add_argument("--placer", choices=PLACERS, default=None,
                        help="nextpnr's placer (default heap; static for the large ECP5 "
@@ -429,6 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="nextpnr's placer (default heap)")
     sweep.add_argument("--router", choices=ROUTERS, default=None,
                        help="nextpnr's router (default router1)")
+    sweep.add_argument("--target", type=float, default=None, metavar="MHZ",
+                       help="nextpnr's timing target for the design clock (default: the "
+                       "board's clock; see attn build --target)")
     sweep.add_argument("--jobs", type=int, default=None,
                        help="parallel builds (default: the number of cores)")
     sweep.add_argument("--sim", default="verilator", choices=("verilator", "amaranth"),

@@ -75,10 +75,10 @@ def _layer(cfg, seq_len, d_model, heads, seed=0):
     return qm, xi, attention_int(cfg, qm, xi, mask).y
 
 
-def _synth_point(board, cfg_dict, name, build_dir, seed=1, nextpnr_opts=""):
-    """Worker: one build of the board's whole device with this configuration, placement seed
-    and nextpnr options (runs in its own process): the place-and-route result, or
-    ``{"build_error": ...}``."""
+def _synth_point(board, cfg_dict, name, build_dir, seed=1, nextpnr_opts="", target_mhz=None):
+    """Worker: one build of the board's whole device with this configuration, placement seed,
+    nextpnr options and timing target (runs in its own process): the place-and-route result,
+    or ``{"build_error": ...}``."""
     from attn.config import AttnConfig
     from boards.build import board_spec
     from boards.synth import SynthError, build_top
@@ -87,7 +87,8 @@ def _synth_point(board, cfg_dict, name, build_dir, seed=1, nextpnr_opts=""):
     spec = board_spec(board)
     cfg = AttnConfig.from_dict(cfg_dict)
     cache = Path(build_dir) / "result.json"
-    key = {"config": cfg_dict, "seed": seed, "nextpnr_opts": nextpnr_opts}
+    key = {"config": cfg_dict, "seed": seed, "nextpnr_opts": nextpnr_opts,
+           "target_mhz": target_mhz}
     if cache.exists():                 # an earlier sweep built this very configuration
         try:
             cached = json.loads(cache.read_text())
@@ -96,9 +97,9 @@ def _synth_point(board, cfg_dict, name, build_dir, seed=1, nextpnr_opts=""):
         except (OSError, ValueError, KeyError):
             pass
     try:
-        report = build_top(BoardTop(spec, cfg), family=spec.family, name=name, dsp=True,
-                           check=False, build_dir=build_dir, platform=spec.platform(),
-                           seed=seed, nextpnr_opts=nextpnr_opts, log=None)
+        report = build_top(BoardTop(spec, cfg, target_mhz=target_mhz), family=spec.family,
+                           name=name, dsp=True, check=False, build_dir=build_dir,
+                           platform=spec.platform(), seed=seed, nextpnr_opts=nextpnr_opts, log=None)
     except SynthError:
         rpt = Path(build_dir) / f"{name}.rpt"
         lines = rpt.read_text(errors="replace").splitlines() if rpt.exists() else []
@@ -161,10 +162,11 @@ def point_config(base_cfg, rows: int, cols: int, changes: dict):
 
 def sweep(spec, base_cfg, arrays, layer, *, variants=({},), jobs: int | None = None,
           sim: str = "verilator", out_dir, seeds=(1,), nextpnr_opts: str = "",
-          log=print) -> list:
+          target_mhz: float | None = None, log=print) -> list:
     """Sweep ``arrays`` (times each dict of field changes in ``variants``) on board ``spec``
     from ``base_cfg``, each built once per placement seed in ``seeds`` with the extra
-    ``nextpnr_opts`` (:func:`boards.build.nextpnr_options`); return one dict per point
+    ``nextpnr_opts`` (:func:`boards.build.nextpnr_options`) and nextpnr's timing target
+    ``target_mhz`` (:class:`boards.top.BoardTop`); return one dict per point
     (:func:`combine_seeds` gives its build figures)."""
     from hw.core import AttentionCore
 
@@ -174,6 +176,9 @@ def sweep(spec, base_cfg, arrays, layer, *, variants=({},), jobs: int | None = N
     if not seeds:
         raise ValueError("a sweep needs at least one seed")
     base_cfg.check_shape(*layer)
+    if target_mhz is not None:
+        from boards.top import BoardTop
+        BoardTop(spec, base_cfg, target_mhz=target_mhz)    # a bad target before building
     configs, labels = [], {}
     for changes in variants:
         for rows, cols in arrays:
@@ -194,7 +199,7 @@ def sweep(spec, base_cfg, arrays, layer, *, variants=({},), jobs: int | None = N
             for seed in seeds:
                 folder = out_dir / "synth" / (cfg.name if seed == 1 else f"{cfg.name}_seed{seed}")
                 future = pool.submit(_synth_point, spec.name, cfg.to_dict(), "attn",
-                                     str(folder), seed, nextpnr_opts)
+                                     str(folder), seed, nextpnr_opts, target_mhz)
                 futures[future] = (cfg, seed)
         for done, future in enumerate(as_completed(futures), 1):
             cfg, seed = futures[future]
@@ -227,7 +232,7 @@ def sweep(spec, base_cfg, arrays, layer, *, variants=({},), jobs: int | None = N
             array=labels[cfg.name], rows=cfg.rows, cols=cfg.cols, pes=cfg.pes, **built,
             cycles=cycles, utilization=ideal / cycles, latency_us=latency_us,
             layers_per_s=1e6 / latency_us if latency_us else None,
-            nextpnr_opts=nextpnr_opts, config=cfg.to_dict()))
+            nextpnr_opts=nextpnr_opts, target_mhz=target_mhz, config=cfg.to_dict()))
         say(f"attn sweep: [{index}/{len(configs)}] {labels[cfg.name]} simulated: "
             f"{cycles:,} cycles ({ideal / cycles:.1%} utilization)")
     for point, front in zip(points, pareto_front(points), strict=True):

@@ -77,6 +77,10 @@ class BoardSpec:
 class BoardTop(Elaboratable):
     """The whole chip for ``spec`` and configuration ``cfg`` at ``clock_mhz`` and ``baud``.
 
+    ``target_mhz`` (default: the clock) is the frequency nextpnr is told the design clock
+    runs at, at least the clock: a higher target makes its timing-driven placement and
+    routing work harder for the same bitstream clock.
+
     Members
     -------
     device : hw.device.AttentionDevice
@@ -86,11 +90,18 @@ class BoardTop(Elaboratable):
     """
 
     def __init__(self, spec: BoardSpec, cfg, *, clock_mhz: float | None = None,
-                 baud: int | None = None):
+                 baud: int | None = None, target_mhz: float | None = None):
         self.spec = spec
         self.cfg = cfg
         self.pll = spec.pll(clock_mhz)
         self.clock_hz = self.pll.f_out_mhz * 1e6
+        if target_mhz is None:
+            target_mhz = self.pll.f_out_mhz
+        if (not isinstance(target_mhz, (int, float)) or isinstance(target_mhz, bool)
+                or not target_mhz >= self.pll.f_out_mhz):
+            raise ValueError(f"the timing target must be a frequency of at least the clock "
+                             f"({self.pll.f_out_mhz:g} MHz), not {target_mhz!r}")
+        self.target_mhz = float(target_mhz)
         self.baud = spec.baud if baud is None else baud
         self.divisor = uart_divisor(self.clock_hz, self.baud)
         # the parser gives up on a frame after 2 ms without a byte
@@ -126,7 +137,7 @@ class BoardTop(Elaboratable):
                 i_RST=0, i_STDBY=0, i_CLKI=clk_in, o_CLKOP=clk, i_CLKFB=clk,
                 i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1, i_PHASESTEP=1, i_PHASELOADREG=1,
                 i_PLLWAKESYNC=0, i_ENCLKOP=0, o_LOCK=locked)
-        platform.add_clock_constraint(clk, self.clock_hz)
+        platform.add_clock_constraint(clk, self.target_mhz * 1e6)
         m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
 
         m.submodules.device = device = self.device

@@ -132,6 +132,8 @@ def test_cli_errors(capsys):
     assert "w_bits" in capsys.readouterr().err
     assert main(["sweep", "--board", "ulx3s", "--seeds", "1,1"]) == 2
     assert "seeds are distinct" in capsys.readouterr().err
+    assert main(["sweep", "--board", "ulx3s", "--target", "20"]) == 2
+    assert "timing target must be a frequency of at least the clock" in capsys.readouterr().err
 
 
 def _tiny_registered():

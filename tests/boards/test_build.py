@@ -26,11 +26,29 @@ def test_top_elaborates(name):
     assert abs(top.clock_hz / top.divisor - spec.baud) < 0.02 * spec.baud
 
 
+@pytest.mark.parametrize("name, file, line", [
+    ("ulx3s", "attn.lpf", 'FREQUENCY NET "pll_clk" 90000000.0 HZ;'),
+    ("icebreaker", "attn.pcf", "set_frequency pll_clk 90.0"),
+])
+def test_timing_target(name, file, line):
+    """nextpnr is told the design clock runs at the target; the PLL still makes the clock."""
+    spec = board_spec(name)
+    top = BoardTop(spec, preset("tiny"), target_mhz=90)
+    plan = spec.platform().prepare(top, "attn")
+    assert line in plan.files[file].splitlines()
+    assert top.pll.f_out_mhz == pytest.approx(spec.clock_mhz, rel=0.01)
+    default = spec.platform().prepare(BoardTop(spec, preset("tiny")), "attn").files[file]
+    assert line not in default.splitlines()
+
+
 def test_unknown_board_and_bad_clock():
     with pytest.raises(ValueError, match="unknown board 'nexys'"):
         board_spec("nexys")
     with pytest.raises(ValueError, match="cannot make"):
         BoardTop(board_spec("icebreaker"), preset("tiny"), clock_mhz=5000)
+    with pytest.raises(ValueError, match=r"timing target must be a frequency of at least the "
+                       r"clock \(65 MHz\), not 50"):
+        BoardTop(board_spec("ulx3s"), preset("tiny"), target_mhz=50)
     with pytest.raises(ValueError, match="router must be one of router1, router2, not 'r3'"):
         build_board(board_spec("ulx3s"), preset("tiny"), router="r3", log=None)
     with pytest.raises(ValueError, match="placer must be one of heap, sa, static, not 'x'"):
@@ -110,6 +128,8 @@ def test_report_markdown():
     text = report_markdown(_report())
     assert "| logic | 8,727 | 83,640 | 10 |" in text and "spram" not in text
     assert "fmax 73.5 MHz: timing met" in text
+    assert "fmax 73.5 MHz (nextpnr's target 90 MHz): timing met" in report_markdown(
+        _report(target_mhz=90.0))
     # reports from before the placer and router were recorded name nextpnr's defaults
     assert "seed 1, heap placer, router1." in text
     assert "seed 1, static placer, router2." in report_markdown(
@@ -158,10 +178,13 @@ def test_cli_errors(tmp_path, capsys, monkeypatch):
         main(["build", "--board", "nexys"])
     assert main(["build", "--board", "ulx3s", "--set", "rows=3"]) == 2
     assert "power of two" in capsys.readouterr().err
+    assert main(["build", "--board", "ulx3s", "--target", "50"]) == 2
+    assert "timing target must be a frequency of at least the clock" in capsys.readouterr().err
 
 
 def test_build_cli_passes_placer_and_router(monkeypatch, capsys, tmp_path):
-    """`attn build --placer/--router` reach nextpnr's options; unknown names are refused."""
+    """`attn build --placer/--router/--target` reach nextpnr's options and the top; unknown
+    names are refused."""
     seen = {}
 
     def fake_build(spec, cfg, **kwargs):
@@ -172,9 +195,9 @@ def test_build_cli_passes_placer_and_router(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr("boards.build.build_board", fake_build)
     assert main(["build", "--board", "ulx3s", "--placer", "static", "--router", "router2",
                  "--out", str(tmp_path)]) == 0
-    assert (seen["placer"], seen["router"]) == ("static", "router2")
-    assert main(["build", "--board", "ulx3s", "--out", str(tmp_path)]) == 0
-    assert (seen["placer"], seen["router"]) == (None, None)
+    assert (seen["placer"], seen["router"], seen["target_mhz"]) == ("static", "router2", None)
+    assert main(["build", "--board", "ulx3s", "--target", "90", "--out", str(tmp_path)]) == 0
+    assert (seen["placer"], seen["router"], seen["target_mhz"]) == (None, None, 90.0)
     with pytest.raises(SystemExit):
         main(["build", "--board", "ulx3s", "--placer", "annealing"])
     assert "invalid choice: 'annealing'" in capsys.readouterr().err
