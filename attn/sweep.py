@@ -306,6 +306,8 @@ def write_sweep(points, out_dir, *, board: str, layer) -> dict:
     lines = [f"# Design-space sweep: {board}, layer {shape}", ""]
     seeds = sorted({seed for p in points for seed in p.get("seeds", [1])})
     options = sorted({p.get("nextpnr_opts", "") for p in points} - {""})
+    options += [f"timing target {t:g} MHz" for t in
+                sorted({p.get("target_mhz") for p in points} - {None})]
     if seeds != [1] or options:
         lines += [f"Placement seeds {', '.join(map(str, seeds))}"
                   + (" (fmax: the median of the seeds that routed, lowest–highest beside it)"

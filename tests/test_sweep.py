@@ -117,6 +117,9 @@ def test_write_sweep_seeds(tmp_path):
     assert "Placement seeds 1, 2, 3 (fmax: the median" in md
     assert "nextpnr --placer static --router router2." in md
     assert "| 66.6 (52.8–70.6, 3/3 seeds) |" in md
+    point |= dict(target_mhz=90.0)
+    md = write_sweep([point], tmp_path, board="ulx3s", layer=(64, 64, 4))["md"].read_text()
+    assert "nextpnr --placer static --router router2; timing target 90 MHz." in md
 
 
 def test_cli_errors(capsys):
