@@ -24,7 +24,7 @@ from hw.uart import uart_divisor
 
 from .pll import PllSettings, ecp5_pll, ice40_pll
 
-__all__ = ["BoardSpec", "BoardTop"]
+__all__ = ["BoardSpec", "BoardTop", "timing_target"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,18 @@ class BoardSpec:
         return make(f_in, f_out).check(f_out)
 
 
+def timing_target(clock_mhz: float, target_mhz: float | None) -> float:
+    """nextpnr's timing target for a design clock of ``clock_mhz``: ``target_mhz``, at least
+    the clock (``None``: the clock). Anything else raises :class:`ValueError`."""
+    if target_mhz is None:
+        return float(clock_mhz)
+    if (not isinstance(target_mhz, (int, float)) or isinstance(target_mhz, bool)
+            or not target_mhz >= clock_mhz):
+        raise ValueError(f"the timing target must be a frequency of at least the clock "
+                         f"({clock_mhz:g} MHz), not {target_mhz!r}")
+    return float(target_mhz)
+
+
 class BoardTop(Elaboratable):
     """The whole chip for ``spec`` and configuration ``cfg`` at ``clock_mhz`` and ``baud``.
 
@@ -95,13 +107,7 @@ class BoardTop(Elaboratable):
         self.cfg = cfg
         self.pll = spec.pll(clock_mhz)
         self.clock_hz = self.pll.f_out_mhz * 1e6
-        if target_mhz is None:
-            target_mhz = self.pll.f_out_mhz
-        if (not isinstance(target_mhz, (int, float)) or isinstance(target_mhz, bool)
-                or not target_mhz >= self.pll.f_out_mhz):
-            raise ValueError(f"the timing target must be a frequency of at least the clock "
-                             f"({self.pll.f_out_mhz:g} MHz), not {target_mhz!r}")
-        self.target_mhz = float(target_mhz)
+        self.target_mhz = timing_target(self.pll.f_out_mhz, target_mhz)
         self.baud = spec.baud if baud is None else baud
         self.divisor = uart_divisor(self.clock_hz, self.baud)
         # the parser gives up on a frame after 2 ms without a byte
