@@ -14,6 +14,7 @@ the design does not fit or does not meet timing, unless asked to accept a timing
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -132,6 +133,8 @@ def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None =
             "dsp": [synth.dsp, synth.dsp_total], "bram": [synth.bram, synth.bram_total],
             "spram": [synth.spram, synth.spram_total] if synth.spram_total else None},
         "fmax_mhz": synth.fmax_mhz,
+        # what nextpnr timed the design clock against: the target, if it took the constraint
+        "constraint_mhz": synth.clock_mhz if synth.fmax_mhz is not None else None,
         "timing_met": bool(synth.routed and synth.fmax_mhz is not None
                            and synth.fmax_mhz >= top.pll.f_out_mhz),
         "routed": synth.routed, "seconds": round(synth.seconds, 1),
@@ -142,6 +145,10 @@ def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None =
         "bitstream_bytes": bitstream.stat().st_size if bitstream else None,
         "critical_path": synth.critical_path, "error": synth.error,
     }
+    applied = report["constraint_mhz"]
+    if applied is not None and not math.isclose(applied, top.target_mhz, rel_tol=1e-3):
+        say(f"attn build: warning: nextpnr timed the clock at {applied:g} MHz, not at the "
+            f"target {top.target_mhz:g} MHz (it did not find the constrained net)")
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "report.md").write_text(report_markdown(report))
     say(f"attn build: wrote {out / 'report.json'} and {out / 'report.md'}")

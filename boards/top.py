@@ -118,7 +118,10 @@ class BoardTop(Elaboratable):
         m = Module()
         spec, pll = self.spec, self.pll
         m.domains.sync = ClockDomain()
-        clk = Signal(name="pll_clk")
+        # The constraint below names this wire; Yosys merges it into the domain's clock net and,
+        # without "keep", drops the name, and nextpnr then ignores the constraint (timing the
+        # clock at the PLL's frequency, whatever the target).
+        clk = Signal(name="pll_clk", attrs={"keep": 1})
         m.d.comb += ClockSignal("sync").eq(clk)
         locked = Signal()
         if spec.family == "ice40":
