@@ -129,16 +129,15 @@ def _forget_verilation(build_dir: Path) -> None:
     (build_dir / "Vtop__verFiles.dat").unlink(missing_ok=True)
 
 
-def _log_tail(log: Path, lines: int = 30) -> str:
-    if not log.exists():
-        return "(no log)"
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-
-
-def _failure_summary(log: Path) -> str:
+def _log_excerpt(log: Path, *, failure: bool = False) -> str:
+    """The part of ``log`` worth reading: its last 30 lines, or with ``failure`` 120 lines from
+    the first that reports one (an error, a FAIL, differing or expected values; else the last
+    60)."""
     if not log.exists():
         return "(no log)"
     lines = log.read_text(errors="replace").splitlines()
+    if not failure:
+        return "\n".join(lines[-30:])
     keep = [i for i, line in enumerate(lines) if "Error" in line or "FAIL" in line
             or "differ" in line or "expected" in line]
     start = max(0, keep[0] - 2) if keep else max(0, len(lines) - 60)
@@ -181,7 +180,7 @@ def run_cocotb(*, sim: str, verilog_file: Path, toplevel: str, test_module: str,
             if sim == "verilator":
                 _forget_verilation(build_dir)
             raise RuntimeError(f"{sim} could not build {verilog_file} ({exc}); log "
-                               f"{build_log}:\n{_log_tail(build_log)}") from None
+                               f"{build_log}:\n{_log_excerpt(build_log)}") from None
         log = build_dir / "test.log"
         try:
             runner.test(hdl_toplevel=toplevel, test_module=test_module, testcase=testcase,
@@ -189,7 +188,7 @@ def run_cocotb(*, sim: str, verilog_file: Path, toplevel: str, test_module: str,
                         waves=with_waves, log_file=log)
         except SystemExit as exc:
             raise AssertionError(f"cocotb on {sim} failed (exit {exc.code}); log {log}:\n"
-                                 f"{_failure_summary(log)}") from None
+                                 f"{_log_excerpt(log, failure=True)}") from None
         return log
 
     try:

@@ -141,3 +141,20 @@ def test_verilator_build_after_failed_build(monkeypatch):
         run_cocotb(**run)
     monkeypatch.delenv("MAKEFLAGS")
     run_cocotb(**run)
+
+
+def test_log_excerpt(tmp_path):
+    """A failed build shows the log's end; a failed test shows it from the first failure."""
+    from sim.cocotb_runner import _log_excerpt
+
+    log = tmp_path / "test.log"
+    assert _log_excerpt(log) == "(no log)"
+    log.write_text("\n".join([f"line {i}" for i in range(200)]
+                             + ["2 of 12 values differ", "done"]
+                             + [f"after {i}" for i in range(200)]))
+    assert _log_excerpt(log).splitlines() == [f"after {i}" for i in range(170, 200)]
+    failure = _log_excerpt(log, failure=True).splitlines()
+    assert failure[:3] == ["line 198", "line 199", "2 of 12 values differ"]
+    assert len(failure) == 120
+    log.write_text("\n".join(f"line {i}" for i in range(100)))
+    assert _log_excerpt(log, failure=True).splitlines()[0] == "line 40"
