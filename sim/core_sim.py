@@ -78,16 +78,18 @@ def pack_streams(core: AttentionCore, streams: dict) -> dict:
 
 
 def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: float = 0.0,
-                  seed: int = 0, core: AttentionCore | None = None, runs: int = 1,
+                  out_stall: float | None = None, seed: int = 0,
+                  core: AttentionCore | None = None, runs: int = 1,
                   name: str = "core", deadline_cycles: int | None = None,
                   progress=None, record_probs: bool = False,
                   stuck_cycles: int = 20_000) -> CoreRun:
     """Simulate ``runs`` back-to-back runs of the core (the result is the last one's).
 
     ``stall`` is the probability of an idle cycle on each input stream and of backpressure on
-    the output (0 = none). ``progress(cycles_done, ideal_cycles)`` is called every 5,000
-    simulated cycles. ``record_probs`` watches the softmax units' outputs of the last run and
-    returns them as ``probs``.
+    the output (0 = none); ``out_stall``, if given, is the output's instead.
+    ``progress(cycles_done, ideal_cycles)`` is called every 5,000 simulated cycles.
+    ``record_probs`` watches the softmax units' outputs of the last run and returns them as
+    ``probs``.
 
     A run fails (``AssertionError``) once the core has been busy for ``stuck_cycles`` without
     an array or softmax beat (a deadlock), or after ``deadline_cycles`` in all (by default 20
@@ -127,7 +129,8 @@ def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: flo
         async def sink(ctx):
             for run in range(runs):
                 beats = await get_all(ctx, core.o_stream, out_count,
-                                      Pattern(stall, seed * 7 + 5 + run))
+                                      Pattern(stall if out_stall is None else out_stall,
+                                              seed * 7 + 5 + run))
                 outputs.append(beats)
 
         return [driver, feeder("p", 1), feeder("x", 2), feeder("w", 3), sink]
@@ -170,7 +173,7 @@ def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: flo
                                                                  else []) + [watchdog]
     macs = shape.macs()
     deadline = deadline_cycles or runs * (20 * macs // cfg.pes + 20_000) * (
-        1 + int(20 * stall))
+        1 + int(20 * max(stall, out_stall or 0)))
     run_simulation(core, benches, name, deadline_cycles=deadline, processes=processes)
     lanes = [[unpack(out_layout, beat)["y"] for beat in beats] for beats in outputs]
     last_flags = [unpack(out_layout, beat)["last"] for beat in outputs[-1]]

@@ -409,6 +409,19 @@ def test_core_with_registered_dsps(overrides, shape):
     check_beats(run.counters, CoreShape(cfg, *shape), causal=True)
 
 
+def test_core_results_queue_full():
+    """An output that takes a row only now and then (95 % backpressure) fills the writer's
+    results queue: the requantizers, which take a row a cycle after deciding to (one lane
+    each, registered DSPs), must stop while every row inside them or queued has a place, by
+    the credit count of the cycle they decide for, not of the one before (with that one a
+    row more went in than the queue holds, and was lost)."""
+    cfg = preset("tiny").replace(dsp="ecp5_registered", requant_units=2, softmax_units=2)
+    qm, xi, expected = layer(cfg, 7, 12, 2, seed=5)
+    run = simulate_core(cfg, qm, xi, out_stall=0.95, name="core_results_queue_full",
+                        deadline_cycles=20_000)
+    assert_equal("core output y", expected.y, run.y)
+
+
 @pytest.mark.parametrize("name, stages, per_lane, fb", [
     ("ulx3s_8x4", 0, True, False), ("ulx3s_8x4", 2, True, True), ("tiny", 0, False, False),
 ])
