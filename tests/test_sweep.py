@@ -122,6 +122,26 @@ def test_write_sweep_seeds(tmp_path):
     assert "nextpnr --placer static --router router2; timing target 90 MHz." in md
 
 
+def test_cli_passes_nextpnr_options(monkeypatch, tmp_path):
+    """`attn sweep --placer/--router/--tmg-ripup/--target` reach the builds."""
+    seen = {}
+
+    def fake_sweep(spec, cfg, arrays, layer, **kwargs):
+        seen.update(kwargs)
+        return []
+
+    monkeypatch.setattr("attn.sweep.sweep", fake_sweep)
+    monkeypatch.setattr("attn.sweep.write_sweep", lambda points, out, **kw: {
+        "md": tmp_path / "sweep.md", "json": tmp_path / "sweep.json",
+        "png": tmp_path / "sweep.png"})
+    (tmp_path / "sweep.md").write_text("")
+    assert main(["sweep", "--board", "ulx3s", "--arrays", "16x8", "--placer", "static",
+                 "--router", "router2", "--tmg-ripup", "--target", "90", "--out",
+                 str(tmp_path)]) == 0
+    assert seen["nextpnr_opts"] == "--placer static --router router2 --tmg-ripup"
+    assert seen["target_mhz"] == 90.0
+
+
 def test_cli_errors(capsys):
     assert main(["sweep", "--board", "ulx3s", "--layer", "64x64"]) == 2
     assert "LxDxH" in capsys.readouterr().err

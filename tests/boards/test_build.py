@@ -144,6 +144,8 @@ def test_report_markdown():
     assert "seed 1, heap placer, router1." in text
     assert "seed 1, static placer, router2." in report_markdown(
         _report(placer="static", router="router2"))
+    assert "seed 1, static placer, router2 with timing-driven rip-up." in report_markdown(
+        _report(placer="static", router="router2", timing_ripup=True))
     failed = report_markdown(_report(timing_met=False, routed=False, fmax_mhz=None,
                                      bitstream=None, bitstream_bytes=None,
                                      error="ERROR: Unable to place cell"))
@@ -208,6 +210,23 @@ def test_build_cli_passes_placer_and_router(monkeypatch, capsys, tmp_path):
     assert (seen["placer"], seen["router"], seen["target_mhz"]) == ("static", "router2", None)
     assert main(["build", "--board", "ulx3s", "--target", "90", "--out", str(tmp_path)]) == 0
     assert (seen["placer"], seen["router"], seen["target_mhz"]) == (None, None, 90.0)
+    assert seen["timing_ripup"] is False
+    assert main(["build", "--board", "ulx3s", "--target", "90", "--tmg-ripup", "--out",
+                 str(tmp_path)]) == 0
+    assert (seen["target_mhz"], seen["timing_ripup"]) == (90.0, True)
     with pytest.raises(SystemExit):
         main(["build", "--board", "ulx3s", "--placer", "annealing"])
     assert "invalid choice: 'annealing'" in capsys.readouterr().err
+
+
+def test_nextpnr_options():
+    """The placer, the router and timing-driven rip-up as nextpnr's options."""
+    from boards.build import nextpnr_options
+
+    assert nextpnr_options() == ""
+    assert nextpnr_options("static", "router2") == "--placer static --router router2"
+    assert nextpnr_options(router="router2", timing_ripup=True) == "--router router2 --tmg-ripup"
+    with pytest.raises(ValueError, match="router must be one of router1, router2, not 'r3'"):
+        nextpnr_options(router="r3")
+    with pytest.raises(TypeError, match="timing_ripup must be a bool, not 'yes'"):
+        nextpnr_options(timing_ripup="yes")
