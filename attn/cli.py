@@ -402,8 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "such as --preset ulx3s_16x8)")
     build.add_argument("--tmg-ripup", action="store_true",
                        help="nextpnr's router also reroutes the paths that miss the timing "
-                       "target (use with --target above the fmax; twice the routing time: "
-                       "the 16x8 with --target 90 routed 5-14 MHz faster)")
+                       "target (use with --target just above the expected fmax; twice the "
+                       "routing time, and it may not converge at every seed)")
     build.add_argument("--out", default=None, metavar="DIR",
                        help="output folder (default: build/boards/BOARD)")
     build.add_argument("--allow-timing-fail", action="store_true",
