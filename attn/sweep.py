@@ -176,8 +176,9 @@ def sweep(spec, base_cfg, arrays, layer, *, variants=({},), jobs: int | None = N
     if not seeds:
         raise ValueError("a sweep needs at least one seed")
     base_cfg.check_shape(*layer)
+    from boards.build import constraint_warning
     from boards.top import timing_target
-    timing_target(spec.pll().f_out_mhz, target_mhz)     # a bad target before building
+    target = timing_target(spec.pll().f_out_mhz, target_mhz)    # a bad target before building
     configs, labels = [], {}
     for changes in variants:
         for rows, cols in arrays:
@@ -218,6 +219,10 @@ def sweep(spec, base_cfg, arrays, layer, *, variants=({},), jobs: int | None = N
                 f"{report['dsp']}/{report['dsp_total']} DSP, "
                 f"{'fits' if report['routed'] else 'does NOT fit'}, {fmax} "
                 f"({time.monotonic() - start:.0f} s elapsed)")
+            warning = constraint_warning(report["clock_mhz"] if report["fmax_mhz"] else None,
+                                         target)
+            if warning:
+                say(f"attn sweep: [{done}/{builds}] {what}: warning: {warning}")
     points = []
     for index, cfg in enumerate(configs, 1):
         reports = synth[cfg.name]

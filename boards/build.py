@@ -23,7 +23,8 @@ from pathlib import Path
 from .synth import build_top
 
 __all__ = ["BOARDS", "board_spec", "build_board", "program_board", "BuildFailed",
-           "report_markdown", "nextpnr_options", "BUILD", "PLACERS", "ROUTERS"]
+           "report_markdown", "nextpnr_options", "constraint_warning", "BUILD", "PLACERS",
+           "ROUTERS"]
 
 BUILD = Path("build") / "boards"
 #: nextpnr's placers (``--placer``), its default first.
@@ -84,6 +85,17 @@ def nextpnr_options(placer: str | None = None, router: str | None = None,
         raise TypeError(f"timing_ripup must be a bool, not {timing_ripup!r}")
     return " ".join([f"--{what} {value}" for what, value in chosen.items() if value]
                     + ["--tmg-ripup"] * timing_ripup)
+
+
+def constraint_warning(applied_mhz: float | None, target_mhz: float) -> str | None:
+    """The warning for a build whose clock nextpnr timed at ``applied_mhz`` (its report's
+    constraint; ``None``: no timing figure) when it was asked for ``target_mhz``, or ``None``
+    when they agree: nextpnr ignores, with a mere warning of its own, a constraint on a net it
+    cannot find and times the clock at the PLL's frequency instead."""
+    if applied_mhz is None or math.isclose(applied_mhz, target_mhz, rel_tol=1e-3):
+        return None
+    return (f"nextpnr timed the clock at {applied_mhz:g} MHz, not at the target "
+            f"{target_mhz:g} MHz (it did not find the constrained net)")
 
 
 def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None = None,
@@ -155,10 +167,9 @@ def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None =
         "bitstream_bytes": bitstream.stat().st_size if bitstream else None,
         "critical_path": synth.critical_path, "error": synth.error,
     }
-    applied = report["constraint_mhz"]
-    if applied is not None and not math.isclose(applied, top.target_mhz, rel_tol=1e-3):
-        say(f"attn build: warning: nextpnr timed the clock at {applied:g} MHz, not at the "
-            f"target {top.target_mhz:g} MHz (it did not find the constrained net)")
+    warning = constraint_warning(report["constraint_mhz"], top.target_mhz)
+    if warning:
+        say(f"attn build: warning: {warning}")
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "report.md").write_text(report_markdown(report))
     say(f"attn build: wrote {out / 'report.json'} and {out / 'report.md'}")

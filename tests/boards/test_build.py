@@ -8,7 +8,14 @@ import pytest
 
 from attn import preset
 from attn.cli import main
-from boards.build import BOARDS, board_spec, build_board, program_board, report_markdown
+from boards.build import (
+    BOARDS,
+    board_spec,
+    build_board,
+    constraint_warning,
+    program_board,
+    report_markdown,
+)
 from boards.toolchain import ToolchainError, use_yowasp
 from boards.top import BoardTop
 
@@ -230,3 +237,14 @@ def test_nextpnr_options():
         nextpnr_options(router="r3")
     with pytest.raises(TypeError, match="timing_ripup must be a bool, not 'yes'"):
         nextpnr_options(timing_ripup="yes")
+
+
+def test_constraint_warning():
+    """The warning for a constraint nextpnr did not apply: none when it agrees (to 0.1 %) or
+    when there is no timing figure."""
+    assert constraint_warning(90.0, 90.0) is None
+    assert constraint_warning(89.95, 90.0) is None
+    assert constraint_warning(None, 90.0) is None
+    assert constraint_warning(65.0, 90.0) == ("nextpnr timed the clock at 65 MHz, not at the "
+                                              "target 90 MHz (it did not find the constrained "
+                                              "net)")
