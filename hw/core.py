@@ -418,11 +418,14 @@ class AttentionCore(wiring.Component):
         # critical path.
         wph = Signal(range(dmax + 1), reset_less=True)      # words per head
         wpd = Signal(range(dmax + 1), reset_less=True)      # words per token of X / output
+        last_w = Signal(range(dmax), reset_less=True)       # wpd - 1
+        last_tok = Signal(range(lmax), reset_less=True)     # L - 1
         last_rb = Signal(range(lmax + 1), reset_less=True)  # row blocks - 1
         last_pv_blk = Signal(range(dmax + 1), reset_less=True)   # wph - 1
 
         def derived_counts(a):
             return [wph.eq((a.head_dim + C - 1) >> lc), wpd.eq((a.d_model + C - 1) >> lc),
+                    last_w.eq(((a.d_model + C - 1) >> lc) - 1), last_tok.eq(a.seq_len - 1),
                     last_rb.eq((a.seq_len - 1) >> lr),
                     last_pv_blk.eq((a.head_dim - 1) >> lc)]
 
@@ -560,15 +563,23 @@ class AttentionCore(wiring.Component):
             # banks take a row offered a cycle after their ready): on the 16x8 ULX3S device
             # the banks' ready flags crossed the die to their selection and `x_take` crossed
             # it back to every bank's queue in one cycle (12.9 ns, the slowest path)
-            next_bank = Signal.like(x_bank, name="x_next_bank") if lr else 0
+            # Both candidates are selected from the banks' flags apart from the take, which
+            # picks one of them last: at 767f867 the phase register -> `load_x` -> `x_take`
+            # -> the next bank's number -> the 16-way selection was the 16x8's slowest path
+            # at seed 2 with timing-driven rip-up (11.3 ns).
             if lr:
-                m.d.comb += next_bank.eq(Mux(x_take & (lx_w + 1 == wpd), x_bank + 1, x_bank))
-            m.d.sync += x_room.eq(rooms.bit_select(next_bank, 1))
+                bank_after = Signal.like(x_bank, name="x_bank_after")
+                m.d.comb += bank_after.eq(x_bank + 1)
+                m.d.sync += x_room.eq(Mux(x_take & (lx_w == last_w),
+                                          rooms.bit_select(bank_after, 1),
+                                          rooms.bit_select(x_bank, 1)))
+            else:
+                m.d.sync += x_room.eq(rooms[0])
         else:
             m.d.comb += x_room.eq(rooms.bit_select(x_bank, 1))
         m.d.comb += x_take.eq(load_x & self.x_stream.valid & x_room)
         with m.If(x_take):
-            with m.If(lx_w + 1 == wpd):
+            with m.If(lx_w == last_w):
                 m.d.sync += [lx_w.eq(0), lx_tok.eq(lx_tok + 1)]
                 with m.If(lx_tok + 1 == L):
                     m.d.sync += x_loaded.eq(1)
@@ -593,7 +604,7 @@ class AttentionCore(wiring.Component):
             m.d.comb += [xq_wr[r].valid.eq(x_take & (x_bank == r)),
                          xq_wr[r].payload.word.eq(at(lx_tok >> lr, lx_w)),
                          xq_wr[r].payload.mask.eq((1 << C) - 1),
-                         xq_wr[r].payload.tag.eq(lx_w + 1 == wpd)]
+                         xq_wr[r].payload.tag.eq(lx_w == last_w)]
             for c in range(C):
                 m.d.comb += xq_wr[r].payload.data[c].eq(self.x_stream.payload[c])
 
@@ -866,7 +877,7 @@ class AttentionCore(wiring.Component):
                             with m.Else():
                                 m.d.sync += pj_j.eq(pj_j + 1)
                         with m.Else():
-                            with m.If(ot_cb + 1 == wpd):
+                            with m.If(ot_cb == last_w):
                                 m.d.sync += out_issued.eq(1)
                             with m.Else():
                                 m.d.sync += ot_cb.eq(ot_cb + 1)
@@ -936,7 +947,7 @@ class AttentionCore(wiring.Component):
                 m.d.comb += [desc_in.hword.eq(v_word), desc_in.head.eq(pv_h),
                              desc_in.slot.eq(pv_slot)]
             with m.Case(_OUT):
-                m.d.comb += desc_in.run_last.eq((ot_cb + 1 == wpd) & (rb == last_rb))
+                m.d.comb += desc_in.run_last.eq((ot_cb == last_w) & (rb == last_rb))
 
         # memory reads for the beat being issued (data valid in F1). With `registered_reads`
         # a stage FA lies between F0 and F1: the read addresses go to registers, a copy at
@@ -1345,7 +1356,10 @@ class AttentionCore(wiring.Component):
             retire.eq(res_valid & (~to_bank | dest_free)
                       & (~is_out | ~valid_row | self.o_stream.ready)),
             tile_retired.eq(retire & (ctrl.row == R - 1)),
-            self.o_stream.payload.last.eq(ctrl.run_last & (token + 1 == L)),
+            # (an equality with a register, not `token + 1 == L`: at seed 1 of the 16x8 with
+            # the beat queue that adder's carry chain began the slowest path, from the results
+            # queue through the run's end to the running flags' copies, 11.1 ns)
+            self.o_stream.payload.last.eq(ctrl.run_last & (token == last_tok)),
         ]
 
         def clamp(value, bits):
