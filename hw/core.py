@@ -165,6 +165,17 @@ class AttentionCore(wiring.Component):
         return self.cfg.dsp == "ecp5_registered"
 
     @property
+    def beat_queue(self) -> bool:
+        """Whether the issue logic puts its beats into a queue of two registers that the
+        feeder takes from (wherever the feeder claims, :attr:`feeder_claims`): the loop
+        counters then move on their own conditions and the queue's room (a register), and
+        only the queue's consumer waits for the array's room and the weights. On the 16x8
+        ULX3S device the weights' valid and the array's room ran through the issue to every
+        loop counter (`want_w` -> `k_base`, 11.6 ns at 767f867). A cycle more of latency
+        per operation."""
+        return self.feeder_claims
+
+    @property
     def feed_lead(self) -> int:
         """Cycles from issuing a beat to the array taking it when the stages never stop: FB
         (with :attr:`staged_addresses`), FA (with :attr:`registered_reads`), F1, F2."""
@@ -613,10 +624,11 @@ class AttentionCore(wiring.Component):
         # output, slow to leave it on ECP5, goes to a register and nothing else); F2: those
         # registers -> array beat (lane, operand and mask selection). The stages advance
         # together (`adv`), and F0 issues only while they may (`feed_room`).
-        # With `feeder_claims` the stages never stop and the array takes every beat: F0 issues
-        # a tile's last beat only while the array has room for the tile's result rows
-        # (`claim_ok`, a register of the array's) and claims that room as it issues
-        # (`feed_lead` cycles before the beat reaches the array). The array's `ready` is
+        # With `feeder_claims` the stages never stop and the array takes every beat: F0 puts
+        # its beats into the beat queue (:attr:`beat_queue`), whose consumer (`pop`) loads the
+        # first stage; it takes a tile's last beat only while the array has room for the
+        # tile's result rows (`claim_ok`, a register of the array's) and claims that room as
+        # it takes it (`feed_lead` cycles before the beat reaches the array). The array's `ready` is
         # constant, and nothing between F0 and the array waits: on the 16x8 ULX3S device a
         # `ready` from the beat's `last` crossed the die four times through the issue logic
         # to the loop counters (21.5 ns); behind a skid register, from that register through
@@ -786,13 +798,18 @@ class AttentionCore(wiring.Component):
                 block_in = Cat(t > rb for t in x_tokens).all()
         m.d.sync += [x_ready.eq(x_in | (block_in & ~(issue & last))),
                      desc_room.eq(desc.level + pend < desc_depth - 2)]
-        m.d.comb += can_issue.eq(feed_room & (cur_op != 7) & (~first | desc_room)
-                                 & ((cur_op != _PROJ) | x_ready)
-                                 & (~want_w | w_valid))
+        # With the beat queue (:attr:`beat_queue`) the counters' own conditions and the
+        # queue's room (`gen_room`, a register) decide; the array's room and the weights are
+        # the queue's consumer's (`pop`, below).
+        gen_room = Signal()
+        if self.beat_queue:
+            m.d.comb += can_issue.eq(gen_room & (cur_op != 7) & (~first | desc_room)
+                                     & ((cur_op != _PROJ) | x_ready))
+        else:
+            m.d.comb += can_issue.eq(feed_room & (cur_op != 7) & (~first | desc_room)
+                                     & ((cur_op != _PROJ) | x_ready)
+                                     & (~want_w | w_valid))
         m.d.comb += issue.eq(can_issue)
-        if self.feeder_claims:
-            m.d.comb += [feed_room.eq(~last | array.claim_ok), array.claim.eq(issue & last)]
-        m.d.comb += w_take.eq(can_issue & want_w)
 
         def start_tile(k_word_init, reduction):
             m.d.sync += [k.eq(0), k_lane.eq(0), k_word.eq(k_word_init), first.eq(1),
@@ -949,6 +966,58 @@ class AttentionCore(wiring.Component):
             with m.Case(_OUT):
                 m.d.comb += desc_in.run_last.eq((ot_cb == last_w) & (rb == last_rb))
 
+        # The beat the counters describe (issued this cycle with `issue`): its fields and read
+        # addresses. With the beat queue it goes to a queue of two registers (`head` and a
+        # spare) whose consumer loads the feeder's first stage (`pop`); else it is loaded in
+        # the cycle it is issued.
+        beat_layout = data.StructLayout({
+            "op": unsigned(2), "rows": unsigned(R), "cols": unsigned(C), "first": 1,
+            "last": 1, "wsrc": 1, "k": unsigned(len(k)),
+            "xq": unsigned(len(xq_bank[0].r_addr)), "kq": unsigned(len(k_bank[0].r_addr)),
+            "p": unsigned(tok_bits + slot_bits), "v": unsigned(_log2(lmax * stride)),
+        })
+        gen_beat = Signal(beat_layout)
+        m.d.comb += [gen_beat.op.eq(cur_op[:2]), gen_beat.rows.eq(row_mask),
+                     gen_beat.cols.eq(col_mask), gen_beat.first.eq(first),
+                     gen_beat.last.eq(last), gen_beat.wsrc.eq(want_w), gen_beat.k.eq(k),
+                     gen_beat.xq.eq(Cat(k_lane[:lc], a_base + k_word)),
+                     gen_beat.kq.eq(Cat(k_lane[:lc], k_base + k_word)),
+                     gen_beat.p.eq(Cat(k[:tok_bits], pv_slot)),
+                     gen_beat.v.eq(at(k, v_word))]
+        pop = Signal()              # the feeder takes `head` this cycle
+        if self.beat_queue:
+            # Two entries written by the issue in turn and read in turn: `pop` moves a read
+            # pointer and the count, and no entry's enable (when `pop` moved the head into
+            # the place of a spare register instead, its net to the head's 80 enables was the
+            # 16x8's slowest path at seed 2, 11.3 ns)
+            entries = [Signal(beat_layout, name=f"beat_{i}", reset_less=True) for i in (0, 1)]
+            w_ptr, r_ptr = Signal(name="beat_w_ptr"), Signal(name="beat_r_ptr")
+            level = Signal(range(3), name="beat_level")
+            head = Signal(beat_layout, name="beat_head")
+            head_valid = Signal(name="beat_head_valid")
+            # room for a beat whatever the consumer does: a free entry (2 is `level[1]`)
+            m.d.comb += [gen_room.eq(~level[1]), head_valid.eq(level != 0),
+                         head.eq(Mux(r_ptr, entries[1], entries[0]))]
+            m.d.comb += pop.eq(head_valid & (~head.last | array.claim_ok)
+                               & (~head.wsrc | w_valid))
+            for i, entry in enumerate(entries):
+                with m.If(issue & (w_ptr == i)):
+                    m.d.sync += entry.eq(gen_beat)
+            with m.If(~running):
+                m.d.sync += [level.eq(0), w_ptr.eq(0), r_ptr.eq(0)]
+            with m.Else():
+                m.d.sync += [level.eq(level + issue - pop), w_ptr.eq(w_ptr ^ issue),
+                             r_ptr.eq(r_ptr ^ pop)]
+        else:
+            head = gen_beat
+            m.d.comb += pop.eq(issue)
+        if self.feeder_claims:
+            m.d.comb += array.claim.eq(pop & head.last)
+        m.d.comb += w_take.eq(pop & head.wsrc)
+        w_waiting = Signal()        # a beat waits for the weights (a performance counter)
+        m.d.comb += w_waiting.eq(head.wsrc & ~w_valid
+                                 & (head_valid if self.beat_queue else feed_room))
+
         # memory reads for the beat being issued (data valid in F1). With `registered_reads`
         # a stage FA lies between F0 and F1: the read addresses go to registers, a copy at
         # each memory (KEEP_COPY: synthesis keeps the copies apart), and the memories read
@@ -973,18 +1042,17 @@ class AttentionCore(wiring.Component):
             with m.If(adv):
                 m.d.sync += [fa_valid.eq(fi_valid), fa.eq(fi), fa_w.eq(fi_w)]
         with m.If(adv):
-            m.d.sync += [fi_valid.eq(issue), f2_valid.eq(f1_valid)]
+            m.d.sync += [fi_valid.eq(pop), f2_valid.eq(f1_valid)]
         # the beat's fields: with `feeder_claims` (stages that never stop) loaded every cycle,
         # the valid flag says whether they are a beat's, so the issue drives no enable of theirs
         load_fields, load_w = Signal(), Signal()
         if self.feeder_claims:
             m.d.comb += [load_fields.eq(1), load_w.eq(1)]
         else:
-            m.d.comb += [load_fields.eq(issue), load_w.eq(issue & want_w)]
+            m.d.comb += [load_fields.eq(pop), load_w.eq(pop & head.wsrc)]
         with m.If(load_fields):
-            m.d.sync += [fi.op.eq(cur_op[:2]), fi.rows.eq(row_mask),
-                         fi.first.eq(first), fi.last.eq(last), fi.wsrc.eq(want_w),
-                         fi.cols.eq(col_mask)]
+            m.d.sync += [fi.op.eq(head.op), fi.rows.eq(head.rows), fi.first.eq(head.first),
+                         fi.last.eq(head.last), fi.wsrc.eq(head.wsrc), fi.cols.eq(head.cols)]
         with m.If(load_w):
             m.d.sync += fi_w.eq(w_payload)
 
@@ -1016,31 +1084,29 @@ class AttentionCore(wiring.Component):
             # writes of the beats stay in the order they have without FB (a beat reading a
             # stored weight reads it before the next tile's beat overwrites it)
             w_addr, w_en = Signal.like(k, name="w_waddr"), Signal(name="w_wen")
-            m.d.sync += [w_addr.eq(k), w_en.eq(issue & want_w)]
+            m.d.sync += [w_addr.eq(head.k), w_en.eq(pop & head.wsrc)]
             m.d.comb += [wb_w.addr.eq(w_addr), wb_w.data.eq(fi_w), wb_w.en.eq(w_en)]
         else:
-            m.d.comb += [wb_w.addr.eq(k), wb_w.data.eq(w_payload),
-                         wb_w.en.eq(issue & want_w)]
+            m.d.comb += [wb_w.addr.eq(head.k), wb_w.data.eq(w_payload),
+                         wb_w.en.eq(pop & head.wsrc)]
         wb_r = w_mem.read_port(transparent_for=(wb_w,))
-        m.d.comb += [wb_r.addr.eq(read_address(k, "w_raddr")), wb_r.en.eq(adv)]
+        m.d.comb += [wb_r.addr.eq(read_address(head.k, "w_raddr")), wb_r.en.eq(adv)]
 
         p_rd = [p_mem[r].read_port() for r in range(R)]
         if not self.registered_reads:
             v_rd = v_mem.read_port()
-        xq_addr, k_addr = Signal(len(xq_bank[0].r_addr)), Signal(len(k_bank[0].r_addr))
-        m.d.comb += [xq_addr.eq(Cat(k_lane[:lc], a_base + k_word)),
-                     k_addr.eq(Cat(k_lane[:lc], k_base + k_word))]
+        xq_addr, k_addr = head.xq, head.kq
         for r in range(R):
             m.d.comb += [
                 xq_bank[r].r_addr.eq(read_address(xq_addr, "xq_raddr", r)),
                 xq_bank[r].r_en.eq(adv),
-                p_rd[r].addr.eq(read_address(Cat(k[:tok_bits], pv_slot), "p_raddr", r)),
+                p_rd[r].addr.eq(read_address(head.p, "p_raddr", r)),
                 p_rd[r].en.eq(adv),
             ]
         for c in range(C):
             m.d.comb += [k_bank[c].r_addr.eq(read_address(k_addr, "k_raddr", c)),
                          k_bank[c].r_en.eq(adv)]
-        v_r_addr = at(k, v_word)
+        v_r_addr = head.v
         if self.registered_reads:
             for c, memory in enumerate(v_lane_mem):
                 m.d.comb += [memory.r_addr.eq(read_address(v_r_addr, "v_raddr", c)),
@@ -1591,7 +1657,7 @@ class AttentionCore(wiring.Component):
             with m.If((phase_proj | phase_att | phase_out) & ~array.i_stream.valid):
                 m.d.sync += counters[2].eq(counters[2] + 1)
             m.d.sync += counters[3].eq(counters[3] + sm_beats)
-            with m.If(want_w & ~w_valid & feed_room):
+            with m.If(w_waiting):
                 m.d.sync += counters[4].eq(counters[4] + 1)
             with m.If(self.o_stream.valid & ~self.o_stream.ready):
                 m.d.sync += counters[5].eq(counters[5] + 1)

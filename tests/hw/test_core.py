@@ -435,8 +435,9 @@ def test_core_feed_lanes_apart(name, stages, per_lane, fb):
     set's select, and each X/Q bank's token count is compared with the row block in a
     register of its own, and the read addresses and the beat's fields pass a register per
     group of four memories or lanes where there are two address stages
-    (:attr:`AttentionCore.staged_addresses`, by default on arrays of more than 64 PEs);
-    elsewhere one select and none of those registers."""
+    (:attr:`AttentionCore.staged_addresses`, by default on arrays of more than 64 PEs), and
+    the issue's beats go through the beat queue; elsewhere one select and none of those
+    registers."""
     import re
 
     from amaranth.back import rtlil
@@ -456,6 +457,9 @@ def test_core_feed_lanes_apart(name, stages, per_lane, fb):
     # bank's "this row block's tokens are in" are registers
     registers = {"pv_ended", "params_0", "params_1"}
     registers |= {f"x_tok_ok_{r}" for r in range(cfg.rows)}
+    # the beat queue's two entries and its read pointer (:attr:`AttentionCore.beat_queue`)
+    registers |= {"beat_0", "beat_1", "beat_r_ptr"}
+    assert core.beat_queue == per_lane
     defined = set(re.findall(r"wire width \d+ \\(\S+)\n", text))
     # FB: the read addresses and the beat's fields go to a register per group of memories or
     # lanes, which FA's copies take (and the weights are written from FB)
