@@ -172,7 +172,7 @@ class AttentionCore(wiring.Component):
         only the queue's consumer waits for the array's room and the weights. On the 16x8
         ULX3S device the weights' valid and the array's room ran through the issue to every
         loop counter (`want_w` -> `k_base`, 11.6 ns at 767f867). A cycle more of latency
-        per operation."""
+        at each wait; the counters run ahead while the feeder waits for the weights."""
         return self.feeder_claims
 
     @property
@@ -967,9 +967,9 @@ class AttentionCore(wiring.Component):
                 m.d.comb += desc_in.run_last.eq((ot_cb == last_w) & (rb == last_rb))
 
         # The beat the counters describe (issued this cycle with `issue`): its fields and read
-        # addresses. With the beat queue it goes to a queue of two registers (`head` and a
-        # spare) whose consumer loads the feeder's first stage (`pop`); else it is loaded in
-        # the cycle it is issued.
+        # addresses. With the beat queue it goes to one of two registers, which the feeder's
+        # first stage takes in turn (`pop`, from `head`); else it is loaded in the cycle it is
+        # issued.
         beat_layout = data.StructLayout({
             "op": unsigned(2), "rows": unsigned(R), "cols": unsigned(C), "first": 1,
             "last": 1, "wsrc": 1, "k": unsigned(len(k)),
