@@ -219,8 +219,8 @@ def sweep(spec, base_cfg, arrays, layer, *, variants=({},), jobs: int | None = N
                 f"{report['dsp']}/{report['dsp_total']} DSP, "
                 f"{'fits' if report['routed'] else 'does NOT fit'}, {fmax} "
                 f"({time.monotonic() - start:.0f} s elapsed)")
-            warning = constraint_warning(report["clock_mhz"] if report["fmax_mhz"] else None,
-                                         target)
+            # (`get`: results cached by an earlier sweep may not have it)
+            warning = constraint_warning(report.get("constraint_mhz"), target)
             if warning:
                 say(f"attn sweep: [{done}/{builds}] {what}: warning: {warning}")
     points = []

@@ -155,7 +155,7 @@ def build_board(spec, cfg, *, clock_mhz: float | None = None, baud: int | None =
             "spram": [synth.spram, synth.spram_total] if synth.spram_total else None},
         "fmax_mhz": synth.fmax_mhz,
         # what nextpnr timed the design clock against: the target, if it took the constraint
-        "constraint_mhz": synth.clock_mhz if synth.fmax_mhz is not None else None,
+        "constraint_mhz": synth.constraint_mhz,
         "timing_met": bool(synth.routed and synth.fmax_mhz is not None
                            and synth.fmax_mhz >= top.pll.f_out_mhz),
         "routed": synth.routed, "seconds": round(synth.seconds, 1),

@@ -280,9 +280,17 @@ class SynthReport:
         """``ff`` without the wrapper's flip-flops."""
         return max(0, self.ff - self.wrapper_ffs)
 
+    @property
+    def constraint_mhz(self) -> float | None:
+        """The frequency nextpnr timed the design clock against (``clock_mhz``), ``None``
+        without a timing figure."""
+        return self.clock_mhz if self.fmax_mhz is not None else None
+
     def as_dict(self) -> dict:
-        """All fields, plus ``lut_dut`` and ``ff_dut``, as plain JSON-ready values."""
-        return {**asdict(self), "lut_dut": self.lut_dut, "ff_dut": self.ff_dut}
+        """All fields, plus ``lut_dut``, ``ff_dut`` and ``constraint_mhz``, as plain
+        JSON-ready values."""
+        return {**asdict(self), "lut_dut": self.lut_dut, "ff_dut": self.ff_dut,
+                "constraint_mhz": self.constraint_mhz}
 
     def row(self) -> dict:
         """The columns of :func:`format_table` for this report."""

@@ -435,8 +435,9 @@ class AttentionCore(wiring.Component):
         last_pv_blk = Signal(range(dmax + 1), reset_less=True)   # wph - 1
 
         def derived_counts(a):
-            return [wph.eq((a.head_dim + C - 1) >> lc), wpd.eq((a.d_model + C - 1) >> lc),
-                    last_w.eq(((a.d_model + C - 1) >> lc) - 1), last_tok.eq(a.seq_len - 1),
+            words = (a.d_model + C - 1) >> lc
+            return [wph.eq((a.head_dim + C - 1) >> lc), wpd.eq(words),
+                    last_w.eq(words - 1), last_tok.eq(a.seq_len - 1),
                     last_rb.eq((a.seq_len - 1) >> lr),
                     last_pv_blk.eq((a.head_dim - 1) >> lc)]
 
@@ -802,13 +803,11 @@ class AttentionCore(wiring.Component):
         # queue's room (`gen_room`, a register) decide; the array's room and the weights are
         # the queue's consumer's (`pop`, below).
         gen_room = Signal()
+        counters_ready = (cur_op != 7) & (~first | desc_room) & ((cur_op != _PROJ) | x_ready)
         if self.beat_queue:
-            m.d.comb += can_issue.eq(gen_room & (cur_op != 7) & (~first | desc_room)
-                                     & ((cur_op != _PROJ) | x_ready))
+            m.d.comb += can_issue.eq(counters_ready & gen_room)
         else:
-            m.d.comb += can_issue.eq(feed_room & (cur_op != 7) & (~first | desc_room)
-                                     & ((cur_op != _PROJ) | x_ready)
-                                     & (~want_w | w_valid))
+            m.d.comb += can_issue.eq(counters_ready & feed_room & (~want_w | w_valid))
         m.d.comb += issue.eq(can_issue)
 
         def start_tile(k_word_init, reduction):

@@ -204,7 +204,7 @@ def _fake_synth_point(board, cfg_dict, name, build_dir, seed=1, nextpnr_opts="",
                       target_mhz=None):
     # a build whose nextpnr timed the clock at 65 MHz whatever the target (seed 2: at the
     # target 90 MHz); module-level, for the sweep's process pool
-    return _build(80.0) | dict(clock_mhz=90.0 if seed == 2 else 65.0)
+    return _build(80.0) | dict(constraint_mhz=90.0 if seed == 2 else 65.0)
 
 
 def test_sweep_warns_on_ignored_target(monkeypatch, tmp_path):
