@@ -69,9 +69,9 @@ class LaneBank(wiring.Component):
         ``w_stream.ready`` comes from a register (with ``lanes > 1``): it says the queue held
         fewer than ``queue_depth`` rows in the last cycle, so it has room for one in this one.
         A writer's handshake then starts at a flip-flop instead of the queue's fill level, at
-        the cost of two queue entries more (``queue_depth + 2`` rows are built: the buffered
-        FIFO's own ready falls with a row still on its way to the output register). Default
-        off.
+        the cost of two queue entries more (``queue_depth + 2`` rows are built: the ready
+        says what the level was a cycle ago, and the queue takes no row in a cycle it is
+        full, even one in which a row leaves). Default off.
     late_ready : bool
         With ``ready_registered`` and a queue (``lanes > 1``, ``queue_depth > 0``): the
         writer may act on ``w_stream.ready`` a cycle late. A row offered in a cycle after one
@@ -180,28 +180,54 @@ class LaneBank(wiring.Component):
                              wr.en.eq(take & row.mask[0])]
             return m
 
-        # A queue entry is the row and its last masked lane, found before the queue: the head
-        # row's `final` is then a comparison, not a search of its mask.
+        # A queue entry is the row and whether any lane after its first is masked (found before
+        # the queue, so that the head row's last lane is a register bit, not a search).
         layout = row_layout(lanes, self.shape, self.words)
-        entry_layout = data.StructLayout({"row": layout, "last": unsigned(ll)})
+        entry_layout = data.StructLayout({"row": layout, "single": unsigned(1)})
         entry = Signal(entry_layout)
-        m.d.comb += entry.row.eq(row)
-        for i in range(lanes):
-            with m.If(row.mask[i]):
-                m.d.comb += entry.last.eq(i)
+        m.d.comb += [entry.row.eq(row), entry.single.eq(row.mask[1:] == 0)]
+        # (`depth` rows in all, at least two: the queue's and the current row's)
         depth = (self.queue_depth + 2 * self.ready_registered + self.late_ready
                  + self.w_registered)
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=entry_layout.size, depth=depth)
+        m.submodules.queue = queue = fifo.SyncFIFO(width=entry_layout.size,
+                                                     depth=max(1, depth - 1))
+        # The row being written is in registers of its own (`cur`), taken from the queue's
+        # read port when the last one leaves: every cycle of a row is decided by flip-flops
+        # (whether the row is there, its last lane, the direct write), not by the queue (its
+        # output register's enable, a lane comparison and the direct write were four LUTs and
+        # the 16x8 ULX3S device's slowest path at seed 2, 11.3 ns).
+        cur = Signal(layout, reset_less=True)
+        cur_valid = Signal()
+        mask = Signal(lanes, reset_less=True)    # the lanes left, the current one in bit 0
+        single = Signal(reset_less=True)         # no lane left after the current one
+        lane = Signal(ll)
+        write = Signal()             # the current row's lane `lane` goes this cycle
+        final = Signal()             # this cycle writes the row's last masked lane
+        load = Signal()              # `cur` takes the queue's head row (if there is one)
+        head = data.View(entry_layout, queue.r_data)
+        m.d.comb += [write.eq(cur_valid & ~d_en), final.eq(write & single),
+                     load.eq(~cur_valid | final), queue.r_en.eq(load),
+                     self.tag_done.eq(final & cur.tag)]
+        with m.If(load):
+            m.d.sync += [cur.eq(head.row), cur_valid.eq(queue.r_rdy), mask.eq(head.row.mask),
+                         single.eq(head.single), lane.eq(0)]
+        with m.Elif(write):
+            m.d.sync += [mask.eq(mask >> 1), single.eq(mask[2:] == 0), lane.eq(lane + 1)]
+        with m.If(~d_en):
+            m.d.comb += [wr.addr.eq(Cat(lane, cur.word)), wr.data.eq(cur.data[lane]),
+                         wr.en.eq(write & mask[0])]
+
         taken = Signal()
+        level = queue.level + cur_valid     # rows queued or being written
         if self.ready_registered:
-            # At most one row enters a cycle, so the inner FIFO (depth - 1 rows; the last goes
-            # to the output register a cycle later) holds at most level + 1 <= depth - 2 rows
-            # now if `level` was below `queue_depth` last cycle.
+            # At most one row enters a cycle, so the bank holds at most level + 1 rows now
+            # (level + 2 while one waits in the input register) if `level` was below
+            # `queue_depth` last cycle; the queue alone at most one fewer than `depth - 1`.
             room = Signal(init=1)
-            m.d.sync += room.eq(queue.level < self.queue_depth)
-            # (late: `room` a cycle before held for this cycle's row too; the queue's level
-            # is then at most one more than it would be, and the queue one row deeper; the
-            # same for the cycle a row spends in the input register)
+            m.d.sync += room.eq(level < self.queue_depth)
+            # (late: `room` a cycle before held for this cycle's row too; the bank then holds
+            # at most a row more, and is a row deeper for it; the same for the cycle a row
+            # spends in the input register)
             m.d.comb += [taken.eq(self.w_stream.valid if self.late_ready
                                   else self.w_stream.valid & room),
                          self.w_stream.ready.eq(room)]
@@ -215,26 +241,7 @@ class LaneBank(wiring.Component):
             m.d.comb += [queue.w_data.eq(entry_r), queue.w_en.eq(in_flight)]
         else:
             m.d.comb += [queue.w_data.eq(entry), queue.w_en.eq(taken)]
-        head_entry = data.View(entry_layout, queue.r_data)
-        head = head_entry.row
-
-        # The row at the head of the queue is written lane `lane` by lane, straight from the
-        # queue's output register, and leaves with its last masked lane.
-        lane = Signal(ll)
-        write = Signal()             # the head row's lane `lane` goes this cycle
-        final = Signal()             # this cycle writes the row's last masked lane
-        m.d.comb += [write.eq(queue.r_rdy & ~d_en),
-                     final.eq(write & (lane == head_entry.last)),
-                     queue.r_en.eq(final),
-                     self.tag_done.eq(final & head.tag),
-                     self.idle.eq((queue.level == 0) & ~in_flight)]
-        with m.If(~d_en):
-            m.d.comb += [wr.addr.eq(Cat(lane, head.word)), wr.data.eq(head.data[lane]),
-                         wr.en.eq(write & head.mask.bit_select(lane, 1))]
-        with m.If(final):
-            m.d.sync += lane.eq(0)
-        with m.Elif(write):
-            m.d.sync += lane.eq(lane + 1)
+        m.d.comb += self.idle.eq((level == 0) & ~in_flight)
         return m
 
 
