@@ -218,7 +218,9 @@ class AttentionCore(wiring.Component):
         the requantizers from the constants memory's read port: on the 16x8 ULX3S device that
         block RAM's output (5.6 ns clock-to-output) ran 44 columns into the requantizers'
         ``acc + bias``, its slowest path. No cycle is added: the next tile's set is loaded
-        while the current tile is requantized, and the sets change at the tile boundary."""
+        while the current tile is requantized (the first tile's while the array computes it:
+        four cycles from its descriptor, the memories' addresses registered at the take), and
+        the sets change at the tile boundary."""
         return self.feeder_claims
 
     def requant_multiplier(self, platform) -> str:
@@ -1238,10 +1240,20 @@ class AttentionCore(wiring.Component):
         # read, so they read every cycle: on the 16x8 ULX3S device the take -> their block
         # RAMs' clock enables was a 13.9 ns path)
         read_en = 1 if self.params_ahead else take_desc
+        c_addr, h_addr = head_desc.tile, Cat(head_desc.op == _PV, head_desc.head)
+        if self.params_ahead:
+            # (the addresses a cycle later, from registers of their own that the placer puts
+            # at the memories: on the 16x8 ULX3S device the descriptor queue's head ran 29
+            # columns to the constants' block RAMs, 10.3 ns of routing, the slowest path at
+            # seed 1)
+            c_addr, h_addr = (Signal.like(a, name=f"{n}_addr", attrs={KEEP_COPY: 1})
+                              for n, a in (("params", c_addr), ("head_params", h_addr)))
+            with m.If(take_desc):
+                m.d.sync += [c_addr.eq(head_desc.tile),
+                             h_addr.eq(Cat(head_desc.op == _PV, head_desc.head))]
         m.d.comb += [desc.r_en.eq(take_desc),
-                     c_rd.addr.eq(head_desc.tile), c_rd.en.eq(read_en),
-                     h_rd.addr.eq(Cat(head_desc.op == _PV, head_desc.head)),
-                     h_rd.en.eq(read_en)]
+                     c_rd.addr.eq(c_addr), c_rd.en.eq(read_en),
+                     h_rd.addr.eq(h_addr), h_rd.en.eq(read_en)]
 
         def picked(op):
             # a tile's constants, one set per output lane, from what was read for its op
@@ -1669,8 +1681,9 @@ class AttentionCore(wiring.Component):
         """The writer's descriptors and constants with :attr:`params_ahead`.
 
         Two sets (descriptor and constants), used in turn: a descriptor is taken into the set
-        ``fill`` while that set is free, its constants read (one cycle), registered
-        (``staged``, a cycle with no clock enable) and loaded into the set; the requantizers
+        ``fill`` while that set is free, its constants read in the next cycle (from
+        addresses registered at the take), registered (``staged``, a cycle with no clock
+        enable) and loaded into the set; the requantizers
         use the set ``sel`` until they take the tile's last row (``switch``), which frees it.
         Every clock enable comes from a register, and the requantizers' constants from the
         sets through one multiplexer whose select has a copy per requantizer (KEEP_COPY).
@@ -1684,16 +1697,20 @@ class AttentionCore(wiring.Component):
         fill, sel = Signal(), Signal()
         m.d.comb += take_desc.eq(desc_ready & ~Mux(fill, busy[1], busy[0]))
 
+        # `read`: the memories read the taken descriptor's constants (their addresses were
+        # registered at the take); `got`: what they read is at their outputs
         read, read_desc, read_set = Signal(), Signal(desc_layout), Signal()
+        got, got_desc, got_set = Signal(), Signal(desc_layout), Signal()
         staged = Signal(param_layout(cfg), reset_less=True)
         staged_desc = Signal(desc_layout)
         # `load[s]`: `staged` goes to set s, a register of its own that enables every
         # flip-flop of the set (on the 16x8 ULX3S device a valid and a set number through a
         # LUT, 12.9 ns)
         load = [Signal(name=f"params_load_{s}") for s in (0, 1)]
-        m.d.sync += [read.eq(take_desc), staged.eq(picked(read_desc.op)),
-                     staged_desc.eq(read_desc)]
-        m.d.sync += [load[s].eq(read & (read_set == s)) for s in (0, 1)]
+        m.d.sync += [read.eq(take_desc), got.eq(read), got_desc.eq(read_desc),
+                     got_set.eq(read_set), staged.eq(picked(got_desc.op)),
+                     staged_desc.eq(got_desc)]
+        m.d.sync += [load[s].eq(got & (got_set == s)) for s in (0, 1)]
         with m.If(take_desc):
             m.d.sync += [read_desc.eq(head_desc), read_set.eq(fill), fill.eq(~fill)]
         for s in (0, 1):
