@@ -8,9 +8,9 @@ integer for integer, and reports:
   accepted ``start`` to the last output beat (loading X and the constants included). The
   layer's MACs are counted without its causal mask; the core skips the score and P.V work of
   keys a row block's queries cannot see, so ``util`` can pass 100 %;
-- ``util_m``: the same for the MACs the causal mask leaves (``masked_ideal``: the
-  projections, and the scores and weighted values of unmasked (query, key) pairs) - how busy
-  the array is with work the layer needs;
+- ``util_m``: the same for the MACs the masks leave (``masked_ideal``: the projections, and
+  the scores and weighted values of unmasked (query, key) pairs) - how busy the array is with
+  work the layer needs;
 - ``sm_wait``: cycles the array waited for the softmax, as a share of the run (the latency
   the softmax adds);
 - wall time of the simulation (build included, and without the build) and cycles/s;
@@ -33,20 +33,23 @@ from hw.core_io import CoreShape
 
 from .common import print_table, write_json
 
-LAYERS = {"reference": (64, 64, 4), "minilm": (16, 384, 12)}
+#: (L, D, H, valid_len): every layer has a causal mask; ``padded`` is the reference layer of a
+#: sequence of 40 tokens padded to 64 (a key-padding mask too)
+LAYERS = {"reference": (64, 64, 4, None), "minilm": (16, 384, 12, None),
+          "padded": (64, 64, 4, 40)}
 RUNS = [("default", "reference"), ("icebreaker", "reference"), ("ulx3s_8x4", "reference"),
         ("ulx3s_8x8", "reference"), ("ulx3s_16x8", "reference"), ("ulx3s", "reference"),
         ("ulx3s", "minilm")]
 QUICK = [("default", "reference"), ("ulx3s", "minilm")]
 
 
-def make_layer(cfg, seq_len, d_model, heads, seed=0):
+def make_layer(cfg, seq_len, d_model, heads, valid_len=None, seed=0):
     rng = np.random.default_rng(seed)
     s = 1 / np.sqrt(d_model)
     mha = FloatMHA(rng.normal(0, s, (3 * d_model, d_model)), rng.normal(0, 0.02, 3 * d_model),
                    rng.normal(0, s, (d_model, d_model)), rng.normal(0, 0.02, d_model), heads)
     x = rng.normal(0, 1, (seq_len, d_model))
-    mask = make_mask(seq_len, causal=True)
+    mask = make_mask(seq_len, causal=True, valid_len=valid_len)
     qm = calibrate(cfg, mha, x, mask)
     xi = quantize_input(x, qm, cfg)
     return qm, xi, attention_int(cfg, qm, xi, mask)
@@ -54,31 +57,33 @@ def make_layer(cfg, seq_len, d_model, heads, seed=0):
 
 def run_one(sim, name, layer, fmax):
     cfg = preset(name)
-    shape = LAYERS[layer]
-    qm, xi, expected = make_layer(cfg, *shape)
+    *shape, valid_len = LAYERS[layer]
+    qm, xi, expected = make_layer(cfg, *shape, valid_len)
+    masks = dict(causal=True, valid_len=valid_len)
     start = time.perf_counter()
     if sim == "amaranth":
         from sim.core_sim import simulate_core
-        run = simulate_core(cfg, qm, xi, causal=True, name=f"bench_{name}_{layer}")
+        run = simulate_core(cfg, qm, xi, **masks, name=f"bench_{name}_{layer}")
         y, cycles, counters = run.y, run.cycles, run.counters
         sim_seconds = time.perf_counter() - start
         build_seconds = 0.0
     else:
         from sim.core_cocotb import run_core_hdl
-        y, info = run_core_hdl(sim, cfg, qm, xi, causal=True, build_name=f"bench_{name}")
+        y, info = run_core_hdl(sim, cfg, qm, xi, **masks, build_name=f"bench_{name}")
         cycles, counters = info["cycles"], info["counters"]
         total = time.perf_counter() - start
         # a second run reuses the build: its wall time is the simulation alone
         start = time.perf_counter()
-        run_core_hdl(sim, cfg, qm, xi, causal=True, build_name=f"bench_{name}")
+        run_core_hdl(sim, cfg, qm, xi, **masks, build_name=f"bench_{name}")
         sim_seconds = time.perf_counter() - start
         # (with the build cached the difference is noise around zero)
         build_seconds = max(0.0, total - sim_seconds)
     exact = bool(np.array_equal(y, expected.y))
     ideal = CoreShape(cfg, *shape).macs() / cfg.pes
-    masked_ideal = CoreShape(cfg, *shape).masked_macs(causal=True) / cfg.pes
+    masked_ideal = CoreShape(cfg, *shape).masked_macs(**masks) / cfg.pes
     mhz = fmax.get(name)
-    return dict(preset=name, layer=layer, shape="x".join(map(str, shape)),
+    label = "x".join(map(str, shape)) + (f", {valid_len} keys" if valid_len else "")
+    return dict(preset=name, layer=layer, shape=label,
                 array=f"{cfg.rows}x{cfg.cols}", exact=exact, cycles=cycles,
                 ideal=int(ideal), util=ideal / cycles, masked_ideal=int(masked_ideal),
                 util_masked=masked_ideal / cycles,

@@ -13,8 +13,9 @@ Schedule of one run (``L x D``, ``H`` heads of ``d``, array ``R x C``; counts in
 3. *attention*: for each row block and head (``n = rb * H + h``) two array operations, scores
    ``S(n) = Q_h · K_hᵀ`` (``ceil(keys / C)`` tiles of ``K = d``) and ``PV(n) = P_h · V_h``
    (``d / C`` tiles of ``K = keys``), where ``keys`` is the row block's key bound
-   (:meth:`hw.core_io.CoreShape.key_bound`: ``L``, or with a causal mask the keys up to its
-   last query - the masked rest would give probabilities 0), issued in the order
+   (:meth:`hw.core_io.CoreShape.key_bound`: the keys a padding mask leaves, with a causal
+   mask only those up to its last query - the masked rest would give probabilities 0),
+   issued in the order
    ``S(0) S(1) PV(0) S(2) PV(1) ...`` (or with S up to ``slots - 1`` blocks ahead,
    :attr:`AttentionCore.attention_slots`) so the softmax of block ``n`` (score rows of
    ``keys`` streamed from the score memory into :class:`hw.softmax.Softmax`, probabilities
@@ -435,24 +436,33 @@ class AttentionCore(wiring.Component):
         last_tok = Signal(range(lmax), reset_less=True)     # L - 1
         last_rb = Signal(range(lmax + 1), reset_less=True)  # row blocks - 1
         last_pv_blk = Signal(range(dmax + 1), reset_less=True)   # wph - 1
+        # keys a padding mask leaves (at least one: a row with every key masked has
+        # probabilities 0 whatever its length) and the row block of the last of them
+        pad = Signal(range(lmax + 1), reset_less=True)
+        pad_last_rb = Signal(range(lmax + 1), reset_less=True)
 
         def derived_counts(a):
             words = (a.d_model + C - 1) >> lc
+            keys = Mux(a.valid_len == 0, 1, Mux(a.valid_len < a.seq_len, a.valid_len,
+                                                a.seq_len))
             return [wph.eq((a.head_dim + C - 1) >> lc), wpd.eq(words),
                     last_w.eq(words - 1), last_tok.eq(a.seq_len - 1),
                     last_rb.eq((a.seq_len - 1) >> lr),
-                    last_pv_blk.eq((a.head_dim - 1) >> lc)]
+                    last_pv_blk.eq((a.head_dim - 1) >> lc),
+                    pad.eq(keys), pad_last_rb.eq((keys - 1) >> lr)]
 
         def key_bound(row_block):
             """Keys row block ``row_block`` computes scores for, normalizes and reduces over
-            (:meth:`hw.core_io.CoreShape.key_bound`): with a causal mask the keys up to its
-            last query, ``(row_block + 1) * R`` unless it is the last row block (then that
-            reaches L), else L. The keys past it are masked for every query of the block,
-            so their scores would be dropped and their probabilities are 0: skipping them
-            changes no result."""
+            (:meth:`hw.core_io.CoreShape.key_bound`): the keys before ``valid_len`` (at
+            least one, at most L), and with a causal mask only those up to its last query,
+            ``(row_block + 1) * R``, where that is fewer. The keys past it are masked for
+            every query of the block, so their scores would be dropped and their
+            probabilities are 0: skipping them changes no result (a row whose every key is
+            masked has probabilities 0 whatever its length)."""
             if not cfg.masks:
                 return L
-            return Mux(args.causal & (row_block != last_rb), (row_block + 1) << lr, L)
+            # ((row_block + 1) * R < pad exactly when row_block < (pad - 1) // R)
+            return Mux(args.causal & (row_block < pad_last_rb), (row_block + 1) << lr, pad)
 
         # ---- top-level sequence ---------------------------------------------------------
         running = Signal()

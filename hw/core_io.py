@@ -99,30 +99,36 @@ class CoreShape:
         return (4 * self.seq_len * self.d_model * self.d_model
                 + 2 * self.d_model * int(np.count_nonzero(~mask)))
 
-    def key_bound(self, row_block: int, causal: bool = False) -> int:
+    def key_bound(self, row_block: int, causal: bool = False,
+                  valid_len: int | None = None) -> int:
         """Keys row block ``row_block`` computes scores for, runs through the softmax and
-        reduces over in P.V: with ``cfg.masks`` and a causal mask the first
-        ``min(L, (row_block + 1) * R)``, the keys up to its last query (every later key is
-        masked for all its queries); otherwise all ``L``."""
-        if self.cfg.masks and causal:
-            return min(self.seq_len, (row_block + 1) * self.cfg.rows)
-        return self.seq_len
+        reduces over in P.V. Without ``cfg.masks`` all ``L``. With them the keys a padding
+        mask leaves, ``min(L, valid_len)`` (``L`` for ``None``; at least one: a row whose
+        every key is masked has probabilities 0 whatever its length), and with a causal
+        mask only the first ``(row_block + 1) * R`` of those, the keys up to its last query:
+        every later key is masked for all its queries."""
+        if not self.cfg.masks:
+            return self.seq_len
+        keys = self.seq_len if valid_len is None else max(1, min(self.seq_len, valid_len))
+        if causal:
+            return min(keys, (row_block + 1) * self.cfg.rows)
+        return keys
 
-    def array_beats(self, causal: bool = False) -> int:
+    def array_beats(self, causal: bool = False, valid_len: int | None = None) -> int:
         """Beats the controller issues to the array for one run: ``K`` per tile; a score op
         has one tile per block of ``C`` keys below its row block's key bound, a P.V tile
         reduces over those keys."""
         cols = self.cfg.cols
         dense = (self.proj_tiles + self.out_tiles) * self.row_blocks * self.d_model
-        bounds = [self.key_bound(rb, causal) for rb in range(self.row_blocks)]
+        bounds = [self.key_bound(rb, causal, valid_len) for rb in range(self.row_blocks)]
         attention = sum(_ceil_div(b, cols) * self.head_dim + self.wph * b for b in bounds)
         return dense + self.heads * attention
 
-    def softmax_beats(self, causal: bool = False) -> int:
+    def softmax_beats(self, causal: bool = False, valid_len: int | None = None) -> int:
         """Scores the softmax units take for one run: ``R`` rows per block of each head (rows
         past L too), each as long as its block's key bound."""
         return self.heads * self.cfg.rows * sum(
-            self.key_bound(rb, causal) for rb in range(self.row_blocks))
+            self.key_bound(rb, causal, valid_len) for rb in range(self.row_blocks))
 
 
 def _take(values, channels, fill=0):

@@ -35,7 +35,7 @@ class CoreRun:
     probs: np.ndarray | None = None
 
 
-def _assemble_probs(cfg, core, shape, beats_per_unit, causal) -> np.ndarray:
+def _assemble_probs(cfg, core, shape, beats_per_unit, causal, valid_len) -> np.ndarray:
     """Place the probability beats of each softmax unit (the order is documented in
     :mod:`hw.core`: blocks ``(row block, head)``, each unit's rows of the block, each row as
     long as the block's key bound (:meth:`CoreShape.key_bound`; the keys past it are masked,
@@ -47,7 +47,7 @@ def _assemble_probs(cfg, core, shape, beats_per_unit, causal) -> np.ndarray:
     for u, beats in enumerate(beats_per_unit):
         pos = 0
         for row_block in range(shape.row_blocks):
-            keys = shape.key_bound(row_block, causal)
+            keys = shape.key_bound(row_block, causal, valid_len)
             for head in range(heads):
                 for i in range(rows_per_unit):
                     row = beats[pos:pos + keys]
@@ -181,7 +181,7 @@ def simulate_core(cfg, model, x_int, *, causal=False, valid_len=None, stall: flo
         raise AssertionError(f"{name}: 'last' must mark only the final output beat, "
                              f"got {last_flags}")
     y = collect_output(cfg, lanes[-1], shape.seq_len, shape.d_model)
-    probs = (_assemble_probs(cfg, core, shape, prob_beats, causal) if record_probs
+    probs = (_assemble_probs(cfg, core, shape, prob_beats, causal, valid_len) if record_probs
              else None)
     return CoreRun(y=y, cycles=cycles[-1], counters=dict(zip(COUNTERS, counters[-1])),
                    probs=probs)

@@ -55,14 +55,15 @@ def test_core_amaranth(name, seq_len, d_model, heads, causal, valid_len, stall):
     run = simulate_core(cfg, qm, xi, causal=causal, valid_len=valid_len, stall=stall,
                         name=f"core_{name}_{seq_len}_{d_model}_{heads}")
     assert_equal("core output y", expected.y, run.y)
-    check_beats(run.counters, CoreShape(cfg, seq_len, d_model, heads), causal)
+    check_beats(run.counters, CoreShape(cfg, seq_len, d_model, heads), causal, valid_len)
 
 
-def check_beats(counters, shape, causal):
+def check_beats(counters, shape, causal, valid_len=None):
     """The array and the softmax took exactly the beats the controller's loop bounds give:
-    key blocks a causal mask hides are skipped, nothing is issued twice."""
-    assert counters["array_beats"] == shape.array_beats(causal)
-    assert counters["softmax_beats"] == shape.softmax_beats(causal)
+    keys a causal or padding mask hides from a whole row block are skipped, nothing is
+    issued twice."""
+    assert counters["array_beats"] == shape.array_beats(causal, valid_len)
+    assert counters["softmax_beats"] == shape.softmax_beats(causal, valid_len)
 
 
 @pytest.mark.parametrize("rows,cols,writers,shape,stall", [
@@ -122,12 +123,13 @@ def test_core_random_shapes(seed, dsp):
                         name=f"core_random_{seed}_{dsp}")
     assert_equal(f"core output y ({seq_len}x{d_model}x{heads}, {cfg.rows}x{cfg.cols})",
                  expected.y, run.y)
-    check_beats(run.counters, CoreShape(cfg, seq_len, d_model, heads), causal)
+    check_beats(run.counters, CoreShape(cfg, seq_len, d_model, heads), causal, valid_len)
 
 
 @pytest.mark.parametrize("rows,cols,masks,slots,shape,causal,valid_len", [
     (1, 2, True, 2, (5, 8, 2), True, None),    # R = 1: row block 0's P.V reduces over 1 key
-    (1, 1, True, 4, (4, 4, 1), False, 1),      # padding: every key, as without a mask
+    (1, 1, True, 4, (4, 4, 1), False, 1),      # padding: one key for every row block
+    (2, 4, True, 4, (8, 8, 2), False, 5),      # padding inside a key block, no causal mask
     (2, 4, True, 8, (7, 8, 2), True, 3),       # C > R: a key block spans two row blocks
     (4, 2, True, 4, (6, 8, 1), True, 0),       # causal and every key masked: probabilities 0
     (4, 2, False, 2, (6, 8, 2), False, None),  # no mask hardware: every key, always
@@ -137,8 +139,9 @@ def test_core_random_shapes(seed, dsp):
 ])
 def test_core_key_bounds(rows, cols, masks, slots, shape, causal, valid_len):
     """With a causal mask a row block computes scores, softmax rows and P.V sums only up to
-    its last query's key, with S up to ``slots - 1`` blocks ahead of P.V: exact output, and
-    exactly the beats of :meth:`CoreShape.array_beats`."""
+    its last query's key, with a padding mask only up to the last key it leaves (at least
+    one), with S up to ``slots - 1`` blocks ahead of P.V: exact output, and exactly the beats
+    of :meth:`CoreShape.array_beats`, fewer than without the padding mask."""
     cfg = preset("default").replace(max_seq_len=8, max_d_model=8, max_heads=4, rows=rows,
                                     cols=cols, masks=masks, score_slots=slots)
     qm, xi, expected = layer(cfg, *shape, seed=rows * 8 + cols, causal=causal,
@@ -147,7 +150,9 @@ def test_core_key_bounds(rows, cols, masks, slots, shape, causal, valid_len):
                         name=f"core_bounds_{rows}x{cols}_{int(masks)}_{slots}_{shape[0]}")
     assert_equal(f"core output y ({rows}x{cols}, L, D, H = {shape}, causal={causal}, "
                  f"valid_len={valid_len}, {slots} slots)", expected.y, run.y)
-    check_beats(run.counters, CoreShape(cfg, *shape), causal)
+    check_beats(run.counters, CoreShape(cfg, *shape), causal, valid_len)
+    if masks and valid_len is not None and valid_len < shape[0]:
+        assert run.counters["array_beats"] < CoreShape(cfg, *shape).array_beats(causal)
 
 
 @pytest.mark.parametrize("units,shape,causal,valid_len", [
@@ -162,7 +167,7 @@ def test_core_parallel_softmax_units(units, shape, causal, valid_len):
     run = simulate_core(cfg, qm, xi, causal=causal, valid_len=valid_len, stall=0.3,
                         name=f"core_units_{units}_{shape[0]}")
     assert_equal(f"core output y with {units} softmax units", expected.y, run.y)
-    check_beats(run.counters, CoreShape(cfg, *shape), causal)
+    check_beats(run.counters, CoreShape(cfg, *shape), causal, valid_len)
 
 
 def test_core_rejects_bad_softmax_units():
