@@ -53,7 +53,7 @@ from .core import COUNTERS, AttentionCore
 from .core_io import lanes_layout, param_layout, run_args_layout
 from .fifo import BlockRAMFIFO
 from .hostlink import HostLink, connect_host, host_ports, region_signature
-from .target import is_ice40
+from .target import global_reset, is_ice40
 
 __all__ = ["DeviceMap", "StreamRegion", "RegionReader", "RegionWriter", "AttentionDevice",
            "STATUS_OK", "STATUS_BAD_ARGS", "STATUS_OVERFLOW"]
@@ -372,11 +372,13 @@ class AttentionDevice(wiring.Component):
         # on the same clock, whose reset is a register: the board's reset or the link's RESET
         # pulse, one cycle later. Their reset inputs then hang off a flip-flop, not an OR of
         # the two (on the 16x8 ULX3S device that OR sat mid-die, 8.6 ns of wire from the
-        # board's reset and 11.1 ns from the far reset inputs: the slowest path, 20.9 ns).
+        # board's reset and 11.1 ns from the far reset inputs: the slowest path, 20.9 ns). On
+        # ECP5 that flip-flop drives them through a global buffer (`global_reset`).
         core_rst = Signal(init=1, reset_less=True)
         m.d.sync += core_rst.eq(link.core_reset | ResetSignal("sync"))
         m.domains.core = cd_core = ClockDomain("core", local=True)
-        m.d.comb += [cd_core.clk.eq(ClockSignal("sync")), cd_core.rst.eq(core_rst)]
+        m.d.comb += [cd_core.clk.eq(ClockSignal("sync")),
+                     cd_core.rst.eq(global_reset(m, platform, core_rst, "core_rst"))]
         in_core = DomainRenamer("core")
         m.submodules.core = core = in_core(self.core)
         readers = {}

@@ -30,6 +30,10 @@ def test_top_elaborates(name):
     plan = spec.platform().prepare(top, "attn")
     rtlil = plan.files["attn.il"]
     assert ("SB_PLL40_PAD" if spec.family == "ice40" else "EHXPLLL") in rtlil
+    # on ECP5 the board's reset and the core's reach their flip-flops on global networks
+    buffers = {"ecp5": ["sync_rst_dcca", "core_rst_dcca"], "ice40": []}[spec.family]
+    assert rtlil.count("cell \\DCCA ") == len(buffers)
+    assert all(f"cell \\DCCA \\{name}\n" in rtlil for name in buffers)
     assert abs(top.clock_hz / top.divisor - spec.baud) < 0.02 * spec.baud
 
 
