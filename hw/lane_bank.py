@@ -220,9 +220,10 @@ class LaneBank(wiring.Component):
         taken = Signal()
         level = queue.level + cur_valid     # rows queued or being written
         if self.ready_registered:
-            # At most one row enters a cycle, so the bank holds at most level + 1 rows now
-            # (level + 2 while one waits in the input register) if `level` was below
-            # `queue_depth` last cycle; the queue alone at most one fewer than `depth - 1`.
+            # At most one row enters a cycle, so the bank holds at most `queue_depth` rows
+            # now if `level` was below `queue_depth` last cycle, and the queue (`depth - 1`
+            # rows, one more than that) has room for this cycle's row even if the current
+            # row's registers are empty.
             room = Signal(init=1)
             m.d.sync += room.eq(level < self.queue_depth)
             # (late: `room` a cycle before held for this cycle's row too; the bank then holds
