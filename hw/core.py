@@ -1260,11 +1260,11 @@ class AttentionCore(wiring.Component):
             # at the memories: on the 16x8 ULX3S device the descriptor queue's head ran 29
             # columns to the constants' block RAMs, 10.3 ns of routing, the slowest path at
             # seed 1)
+            at_take = c_addr, h_addr
             c_addr, h_addr = (Signal.like(a, name=f"{n}_addr", attrs={KEEP_COPY: 1})
-                              for n, a in (("params", c_addr), ("head_params", h_addr)))
+                              for n, a in zip(("params", "head_params"), at_take))
             with m.If(take_desc):
-                m.d.sync += [c_addr.eq(head_desc.tile),
-                             h_addr.eq(Cat(head_desc.op == _PV, head_desc.head))]
+                m.d.sync += [c_addr.eq(at_take[0]), h_addr.eq(at_take[1])]
         m.d.comb += [desc.r_en.eq(take_desc),
                      c_rd.addr.eq(c_addr), c_rd.en.eq(read_en),
                      h_rd.addr.eq(h_addr), h_rd.en.eq(read_en)]

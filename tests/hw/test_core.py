@@ -150,9 +150,10 @@ def test_core_key_bounds(rows, cols, masks, slots, shape, causal, valid_len):
                         name=f"core_bounds_{rows}x{cols}_{int(masks)}_{slots}_{shape[0]}")
     assert_equal(f"core output y ({rows}x{cols}, L, D, H = {shape}, causal={causal}, "
                  f"valid_len={valid_len}, {slots} slots)", expected.y, run.y)
-    check_beats(run.counters, CoreShape(cfg, *shape), causal, valid_len)
+    core_shape = CoreShape(cfg, *shape)
+    check_beats(run.counters, core_shape, causal, valid_len)
     if masks and valid_len is not None and valid_len < shape[0]:
-        assert run.counters["array_beats"] < CoreShape(cfg, *shape).array_beats(causal)
+        assert run.counters["array_beats"] < core_shape.array_beats(causal)
 
 
 @pytest.mark.parametrize("units,shape,causal,valid_len", [
