@@ -4,11 +4,12 @@ systolic array and one softmax unit, bit-exact with :func:`golden.attention_int`
 Schedule of one run (``L x D``, ``H`` heads of ``d``, array ``R x C``; counts in
 :class:`hw.core_io.CoreShape`):
 
-1. *load*: the requantization constants (``p_stream``) and X (``x_stream``) into on-chip
-   memories;
+1. *load*: the requantization constants (``p_stream``) into on-chip memories, and X
+   (``x_stream``) from the same cycle on (it goes on loading during 2);
 2. *projections*: for each tile of ``C`` channels of Q, K, V (``matrix -> head -> block``) and
    each block of ``R`` tokens, one array tile ``X_blk · W_tileᵀ`` (``K = D``); the first row
-   block takes the weights from ``w_stream`` and keeps them for the other row blocks; results
+   block takes the weights from ``w_stream`` and keeps them for the other row blocks (with
+   :attr:`AttentionCore.paired_tiles` two tiles take turns on each row block); results
    are requantized per channel into the Q, K, V buffers;
 3. *attention*: for each row block and head (``n = rb * H + h``) two array operations, scores
    ``S(n) = Q_h · K_hᵀ`` (``ceil(keys / C)`` tiles of ``K = d``) and ``PV(n) = P_h · V_h``
@@ -20,9 +21,11 @@ Schedule of one run (``L x D``, ``H`` heads of ``d``, array ``R x C``; counts in
    :attr:`AttentionCore.attention_slots`) so the softmax of block ``n`` (score rows of
    ``keys`` streamed from the score memory into :class:`hw.softmax.Softmax`, probabilities
    into the P memory, both in ``slots`` slots) runs while the array computes the ops around
-   it;
+   it; the first S starts once Q and K are written, while the V tiles still drain;
 4. *output*: for each tile of ``C`` output channels and each row block, ``concat · W_oᵀ``
-   (``K = D``, weights from ``w_stream`` as in 2), requantized and sent out on ``o_stream``.
+   (``K = D``, weights from ``w_stream`` as in 2), requantized and sent out on ``o_stream``
+   (with :attr:`AttentionCore.early_output` from the attention's last beat on, each row
+   block once its head outputs are written).
 
 Stream formats and orders: :mod:`hw.core_io`. Buffers (``amaranth.lib.memory``): X, Q and the
 concatenated head outputs in ``R`` banks (token mod R), K in ``C`` banks (token mod C), V in
@@ -30,8 +33,8 @@ one memory, each word holding ``C`` channels of one token with the channels of e
 starting on a word boundary (the X/Q and K banks are :class:`hw.lane_bank.LaneBank`: one value
 per address, read one value at a time; the writer writes its rows into them a lane a cycle, and
 X beats reach the X/Q banks through a queue each); scores (``slots`` slots of ``R x L``), P (``R``
-banks of ``slots`` slots of ``L``), one tile of weights (``D`` words), the constants (one word
-per tile).
+banks of ``slots`` slots of ``L``), one tile of weights (``D`` words; two with paired tiles),
+the constants (one word per tile).
 
 The array and the softmax are never given a beat they cannot take, so valid/ready stalls on any
 stream only pause the core. Rows and columns of a tile past ``L``, ``D`` or ``d`` are fed
@@ -166,6 +169,27 @@ class AttentionCore(wiring.Component):
         return self.cfg.dsp == "ecp5_registered"
 
     @property
+    def paired_tiles(self) -> bool:
+        """Whether the projections run their tiles in pairs (wherever the feeder claims,
+        :attr:`feeder_claims`, on arrays with more rows than columns): tile ``t`` on a row
+        block, then tile ``t + 1`` on the same block, then both on the next, the weights of
+        the two kept in two halves of the weights memory. X arrives ``C`` values a cycle and
+        a beat takes ``R``, so while X loads one tile at a time leaves the array waiting for
+        each row block (on the 16x8 the reference layer's first 512 cycles held 256 beats);
+        two tiles take a block's X as fast as it comes. Results do not depend on it."""
+        return self.feeder_claims and self.cfg.rows > self.cfg.cols
+
+    @property
+    def early_output(self) -> bool:
+        """Whether the output projection starts as soon as the attention's last beat is
+        issued (wherever the feeder claims, :attr:`feeder_claims`) instead of once every
+        result is written: a tile on row block ``rb`` waits only until the head outputs of
+        the row blocks up to ``rb`` are in the banks (`x_ready` in the output phase). On the
+        16x8 the reference layer's last P.V results took 59 cycles to drain, in which the
+        array had no beat."""
+        return self.feeder_claims
+
+    @property
     def beat_queue(self) -> bool:
         """Whether the issue logic puts its beats into a queue of two registers that the
         feeder takes from (wherever the feeder claims, :attr:`feeder_claims`): the loop
@@ -263,7 +287,7 @@ class AttentionCore(wiring.Component):
             "v": lmax * wpt * c * cfg.qkv_bits,
             "scores": self.attention_slots * _pow2(r) * _pow2(blocks_c) * c * cfg.score_bits,
             "probs": r * self.attention_slots * _pow2(lmax) * cfg.prob_bits,
-            "weights": cfg.max_d_model * c * cfg.w_bits,
+            "weights": (1 + self.paired_tiles) * cfg.max_d_model * c * cfg.w_bits,
             "params": self.max_tiles * c * (cfg.bias_bits + cfg.mult_bits + cfg.shift_bits),
         }
 
@@ -412,7 +436,8 @@ class AttentionCore(wiring.Component):
         # on ECP5, where in LUT RAM that counter reached ~780 slices across the die)
         p_mem = [mem(f"probs_{r}", unsigned(cfg.prob_bits), slots << tok_bits, bram=True)
                  for r in range(R)]
-        w_mem = mem("weights", lanes_layout(cfg, cfg.w_bits), _pow2(dmax))
+        pairs = self.paired_tiles
+        w_mem = mem("weights", lanes_layout(cfg, cfg.w_bits), _pow2(dmax) << pairs)
         block_params = cfg.params_ram == "block"
         c_mem = mem("params", param_layout(cfg), self.max_tiles, lutram=not block_params,
                     bram=block_params)
@@ -436,6 +461,7 @@ class AttentionCore(wiring.Component):
         last_tok = Signal(range(lmax), reset_less=True)     # L - 1
         last_rb = Signal(range(lmax + 1), reset_less=True)  # row blocks - 1
         last_pv_blk = Signal(range(dmax + 1), reset_less=True)   # wph - 1
+        last_h = Signal(range(hmax), reset_less=True)            # H - 1
         # keys a padding mask leaves (at least one: a row with every key masked has
         # probabilities 0 whatever its length) and the row block of the last of them
         pad = Signal(range(lmax + 1), reset_less=True)
@@ -448,7 +474,7 @@ class AttentionCore(wiring.Component):
             return [wph.eq((a.head_dim + C - 1) >> lc), wpd.eq(words),
                     last_w.eq(words - 1), last_tok.eq(a.seq_len - 1),
                     last_rb.eq((a.seq_len - 1) >> lr),
-                    last_pv_blk.eq((a.head_dim - 1) >> lc),
+                    last_pv_blk.eq((a.head_dim - 1) >> lc), last_h.eq(a.heads - 1),
                     pad.eq(keys), pad_last_rb.eq((keys - 1) >> lr)]
 
         def key_bound(row_block):
@@ -491,6 +517,11 @@ class AttentionCore(wiring.Component):
             m.d.sync += outstanding.eq(outstanding + tile_issued - tile_retired)
             m.d.comb += drained.eq((outstanding == 0) & ~tile_issued)
         out_done = Signal()                 # last output beat left
+        # `qk_written`: every Q and K row is in its bank. The writer retires rows in order and
+        # the projections' V tiles come last, so once a V row retired (`v_retired`) no Q or K
+        # row is left to retire, and `banks_written` then says they all landed (V rows do
+        # not go to the banks).
+        v_retired, qk_written = Signal(), Signal()
         # every X row queued at the X/Q banks is in them (a row is in a bank's queue from the
         # cycle after it is taken), and so is every row the writer retired (its serializer is
         # done and the bank's registered write landed)
@@ -560,11 +591,14 @@ class AttentionCore(wiring.Component):
                                     m.d.sync += lp_h.eq(lp_h + 1)
             with m.State("PROJ"):
                 m.d.comb += phase_proj.eq(1)
-                with m.If(proj_done & drained & banks_written):
+                # the attention may start while the V tiles drain: S reads only Q and K
+                # (`qk_written`), and P.V's first read of V waits for an S op written after
+                # them and its softmax block
+                with m.If(proj_done & qk_written):
                     m.next = "ATT"
             with m.State("ATT"):
                 m.d.comb += phase_att.eq(1)
-                with m.If(att_done & drained & banks_written):
+                with m.If(att_done & (1 if self.early_output else drained & banks_written)):
                     m.next = "OUT"
             with m.State("OUT"):
                 m.d.comb += phase_out.eq(1)
@@ -573,10 +607,11 @@ class AttentionCore(wiring.Component):
                     m.next = "IDLE"
 
         # loads: memory writes
-        # X loads while the projections run: a row block is fed once its tokens are in
+        # X loads from the start of a run, beside the constants (their streams are apart),
+        # and on while the projections run: a row block is fed once its tokens are in
         with m.If(~running):
             m.d.sync += x_loaded.eq(0)
-        m.d.comb += load_x.eq(phase_proj & ~x_loaded)
+        m.d.comb += load_x.eq((load_p | phase_proj) & ~x_loaded)
         # X rows go through each bank's queue; the writer's values go straight in, ahead of it.
         x_take = Signal()
         x_bank = lx_tok[:lr] if lr else 0      # the bank of the token being loaded
@@ -720,6 +755,13 @@ class AttentionCore(wiring.Component):
         # projection loop (matrix, head, block) and its head base word
         pj_m, pj_h, pj_j = Signal(range(3)), Signal(range(hmax)), Signal(range(dmax + 1))
         pj_base = Signal(wpt_bits + 1)
+        # with `paired_tiles`: the pair's tile running (`half`: 0 the first, 1 the second),
+        # whether the pair has a second (`has_b`: not after the last tile), and the first
+        # tile's counters, taken again at the next row block
+        half, has_b = Signal(), Signal()
+        pa_m, pa_h, pa_j, pa_base = (Signal.like(v, name=f"pa_{v.name[3:]}")
+                                     for v in (pj_m, pj_h, pj_j, pj_base))
+        pa_tile, pa_rem = Signal.like(tile, name="pa_tile"), Signal.like(rem_cols, name="pa_rem")
         # attention op counters: S and PV sequences, each with (rb, head, base word) and the
         # slot (of the score and P memories) of the op: S(n) and PV(n) use slot n mod `slots`
         # (score blocks, one per row block and head, are counted in `count` signals)
@@ -769,7 +811,7 @@ class AttentionCore(wiring.Component):
                          s_end.eq(0), s_lead.eq(0), pv_rb.eq(0), pv_h.eq(0), pv_base.eq(0),
                          pv_slot.eq(0), pv_end.eq(0),
                          ot_cb.eq(0), tile.eq(0), proj_done.eq(0), att_done.eq(0),
-                         out_issued.eq(0), rb.eq(0)]
+                         out_issued.eq(0), rb.eq(0), half.eq(0), has_b.eq(0)]
 
         # choose the next operation when none is in progress
         can_issue = Signal()
@@ -809,13 +851,24 @@ class AttentionCore(wiring.Component):
                 block_in = Cat(tok_ok).all() & ~ended
             else:
                 block_in = Cat(t > rb for t in x_tokens).all()
-        m.d.sync += [x_ready.eq(x_in | (block_in & ~(issue & last))),
-                     desc_room.eq(desc.level + pend < desc_depth - 2)]
+        # With :attr:`early_output` the same register says in the output phase that the head
+        # outputs of the output tile's row block are in the banks (`pv_blocks`: row blocks
+        # whose every P.V row is), last cycle's comparison, which holds unless a tile ended
+        # as well (an output op starts at row block 0, never past the one compared before).
+        x_cond = x_in | (block_in & ~(issue & last))
+        pv_blocks = Signal(range(_ceil_div(lmax, R) + 1))
+        if self.early_output:
+            m.d.sync += x_ready.eq(Mux(phase_out, (pv_blocks > rb) & ~(issue & last), x_cond))
+            waits_x = (cur_op == _PROJ) | (cur_op == _OUT)
+        else:
+            m.d.sync += x_ready.eq(x_cond)
+            waits_x = cur_op == _PROJ
+        m.d.sync += desc_room.eq(desc.level + pend < desc_depth - 2)
         # With the beat queue (:attr:`beat_queue`) the counters' own conditions and the
         # queue's room (`gen_room`, a register) decide; the array's room and the weights are
         # the queue's consumer's (`pop`, below).
         gen_room = Signal()
-        counters_ready = (cur_op != 7) & (~first | desc_room) & ((cur_op != _PROJ) | x_ready)
+        counters_ready = (cur_op != 7) & (~first | desc_room) & (~waits_x | x_ready)
         if self.beat_queue:
             m.d.comb += can_issue.eq(counters_ready & gen_room)
         else:
@@ -832,6 +885,12 @@ class AttentionCore(wiring.Component):
                 m.d.sync += [cur_op.eq(_PROJ), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(d - (pj_j << lc)), a_base.eq(0)]
                 start_tile(0, D)
+                if pairs:
+                    m.d.sync += [half.eq(0),
+                                 has_b.eq(~((pj_m == 2) & (pj_h + 1 == H) & (pj_j + 1 == wph))),
+                                 pa_m.eq(pj_m), pa_h.eq(pj_h), pa_j.eq(pj_j),
+                                 pa_base.eq(pj_base), pa_tile.eq(tile),
+                                 pa_rem.eq(d - (pj_j << lc))]
             with m.Elif(phase_att & ~att_done):
                 # the next S while it is at most one ahead of PV; else the next PV once its
                 # probabilities are complete
@@ -847,7 +906,7 @@ class AttentionCore(wiring.Component):
             with m.Elif(phase_out & ~out_issued):
                 m.d.sync += [cur_op.eq(_OUT), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
-                             ot_base.eq(0), a_base.eq(0)]
+                             ot_base.eq(0), a_base.eq(0), half.eq(0), has_b.eq(0)]
                 start_tile(0, D)
 
         # `first` and `last` of the current tile are registers, set by `start_tile` and here
@@ -884,26 +943,41 @@ class AttentionCore(wiring.Component):
             with m.Switch(cur_op):
                 with m.Case(_PROJ, _OUT):
                     m.d.sync += [ot_h.eq(0), ot_j.eq(0), ot_base.eq(0)]
-                    with m.If(rb != last_rb):
+
+                    def next_proj_tile():
+                        # next (matrix, head, block)
+                        with m.If(pj_j + 1 == wph):
+                            m.d.sync += pj_j.eq(0)
+                            with m.If(pj_h + 1 == H):
+                                m.d.sync += [pj_h.eq(0), pj_base.eq(0)]
+                                with m.If(pj_m == 2):
+                                    m.d.sync += proj_done.eq(1)
+                                with m.Else():
+                                    m.d.sync += pj_m.eq(pj_m + 1)
+                            with m.Else():
+                                m.d.sync += [pj_h.eq(pj_h + 1), pj_base.eq(pj_base + wph)]
+                        with m.Else():
+                            m.d.sync += pj_j.eq(pj_j + 1)
+
+                    with m.If(~half & has_b):
+                        # the pair's second tile on the same row block (`has_b` only in a
+                        # projection with `paired_tiles`)
+                        m.d.sync += [half.eq(1), tile.eq(tile + 1), k_word.eq(0),
+                                     rem_cols.eq(Mux(pj_j + 1 == wph, d, rem_cols - C))]
+                        next_proj_tile()
+                    with m.Elif(rb != last_rb):
                         m.d.sync += [rb.eq(rb + 1), want_w.eq(0), rem_rows.eq(rem_rows - R),
                                      k_word.eq(0), a_base.eq(a_base + stride)]
+                        with m.If(half):
+                            # back to the pair's first tile
+                            m.d.sync += [half.eq(0), pj_m.eq(pa_m), pj_h.eq(pa_h),
+                                         pj_j.eq(pa_j), pj_base.eq(pa_base), tile.eq(pa_tile),
+                                         rem_cols.eq(pa_rem)]
                     with m.Else():
-                        m.d.sync += [cur_op.eq(7), want_w.eq(0), tile.eq(tile + 1)]
+                        m.d.sync += [cur_op.eq(7), want_w.eq(0), tile.eq(tile + 1),
+                                     half.eq(0)]
                         with m.If(cur_op == _PROJ):
-                            # next (matrix, head, block)
-                            with m.If(pj_j + 1 == wph):
-                                m.d.sync += pj_j.eq(0)
-                                with m.If(pj_h + 1 == H):
-                                    m.d.sync += [pj_h.eq(0), pj_base.eq(0)]
-                                    with m.If(pj_m == 2):
-                                        m.d.sync += proj_done.eq(1)
-                                    with m.Else():
-                                        m.d.sync += pj_m.eq(pj_m + 1)
-                                with m.Else():
-                                    m.d.sync += [pj_h.eq(pj_h + 1),
-                                                 pj_base.eq(pj_base + wph)]
-                            with m.Else():
-                                m.d.sync += pj_j.eq(pj_j + 1)
+                            next_proj_tile()
                         with m.Else():
                             with m.If(ot_cb == last_w):
                                 m.d.sync += out_issued.eq(1)
@@ -972,8 +1046,10 @@ class AttentionCore(wiring.Component):
                              desc_in.slot.eq(s_slot),
                              desc_in.op_last.eq(blk == s_last_blk)]
             with m.Case(_PV):
+                # (`op_last`: the row block's last P.V tile)
                 m.d.comb += [desc_in.hword.eq(v_word), desc_in.head.eq(pv_h),
-                             desc_in.slot.eq(pv_slot)]
+                             desc_in.slot.eq(pv_slot),
+                             desc_in.op_last.eq((blk == last_pv_blk) & (pv_h == last_h))]
             with m.Case(_OUT):
                 m.d.comb += desc_in.run_last.eq((ot_cb == last_w) & (rb == last_rb))
 
@@ -983,7 +1059,7 @@ class AttentionCore(wiring.Component):
         # issued.
         beat_layout = data.StructLayout({
             "op": unsigned(2), "rows": unsigned(R), "cols": unsigned(C), "first": 1,
-            "last": 1, "wsrc": 1, "k": unsigned(len(k)),
+            "last": 1, "wsrc": 1, "wslot": 1, "k": unsigned(len(k)),
             "xq": unsigned(len(xq_bank[0].r_addr)), "kq": unsigned(len(k_bank[0].r_addr)),
             "p": unsigned(tok_bits + slot_bits), "v": unsigned(_log2(lmax * stride)),
         })
@@ -991,6 +1067,7 @@ class AttentionCore(wiring.Component):
         m.d.comb += [gen_beat.op.eq(cur_op[:2]), gen_beat.rows.eq(row_mask),
                      gen_beat.cols.eq(col_mask), gen_beat.first.eq(first),
                      gen_beat.last.eq(last), gen_beat.wsrc.eq(want_w), gen_beat.k.eq(k),
+                     gen_beat.wslot.eq(half),
                      gen_beat.xq.eq(Cat(k_lane[:lc], a_base + k_word)),
                      gen_beat.kq.eq(Cat(k_lane[:lc], k_base + k_word)),
                      gen_beat.p.eq(Cat(k[:tok_bits], pv_slot)),
@@ -1094,18 +1171,20 @@ class AttentionCore(wiring.Component):
             return copy
 
         wb_w = w_mem.write_port()
+        # a beat's weights at its reduction index, in the half of its tile with `paired_tiles`
+        w_index = Cat(head.k[:_log2(dmax)], head.wslot) if pairs else head.k
         if self.staged_addresses:
             # the weights are written a cycle late too (from FB), so that the reads and
             # writes of the beats stay in the order they have without FB (a beat reading a
             # stored weight reads it before the next tile's beat overwrites it)
-            w_addr, w_en = Signal.like(k, name="w_waddr"), Signal(name="w_wen")
-            m.d.sync += [w_addr.eq(head.k), w_en.eq(pop & head.wsrc)]
+            w_addr, w_en = Signal(len(w_index), name="w_waddr"), Signal(name="w_wen")
+            m.d.sync += [w_addr.eq(w_index), w_en.eq(pop & head.wsrc)]
             m.d.comb += [wb_w.addr.eq(w_addr), wb_w.data.eq(fi_w), wb_w.en.eq(w_en)]
         else:
-            m.d.comb += [wb_w.addr.eq(head.k), wb_w.data.eq(w_payload),
+            m.d.comb += [wb_w.addr.eq(w_index), wb_w.data.eq(w_payload),
                          wb_w.en.eq(pop & head.wsrc)]
         wb_r = w_mem.read_port(transparent_for=(wb_w,))
-        m.d.comb += [wb_r.addr.eq(read_address(head.k, "w_raddr")), wb_r.en.eq(adv)]
+        m.d.comb += [wb_r.addr.eq(read_address(w_index, "w_raddr")), wb_r.en.eq(adv)]
 
         p_rd = [p_mem[r].read_port() for r in range(R)]
         if not self.registered_reads:
@@ -1494,6 +1573,23 @@ class AttentionCore(wiring.Component):
         else:
             m.d.comb += banks_written.eq(banks_now)
         v_wr = wr & (ctrl.op == _PROJ) & (ctrl.target == 2)
+        with m.If(~running):
+            m.d.sync += v_retired.eq(0)
+        with m.Elif(retire & (ctrl.op == _PROJ) & (ctrl.target == 2)):
+            m.d.sync += v_retired.eq(1)
+        m.d.comb += qk_written.eq(v_retired & banks_written)
+        # row blocks whose head outputs are all in the banks (:attr:`early_output`): counted
+        # as their last P.V row retires (`pv_retired`), taken into `pv_blocks` while
+        # `banks_written` says every row retired before is in
+        if self.early_output:
+            pv_retired = Signal.like(pv_blocks)
+            with m.If(~running):
+                m.d.sync += [pv_retired.eq(0), pv_blocks.eq(0)]
+            with m.Else():
+                with m.If(retire & (ctrl.op == _PV) & ctrl.op_end):
+                    m.d.sync += pv_retired.eq(pv_retired + 1)
+                with m.If(banks_written):
+                    m.d.sync += pv_blocks.eq(pv_retired)
         v_w_addr = at(token, ctrl.hword)
         if self.registered_reads:
             # each lane's write from registers of its own, beside its block RAMs (on the 8x4

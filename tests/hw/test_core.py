@@ -415,6 +415,45 @@ def test_core_with_registered_dsps(overrides, shape):
     check_beats(run.counters, CoreShape(cfg, *shape), causal=True)
 
 
+# (L, D, H, stall): 18 projection tiles in nine pairs; three (the last one alone); one row
+# block; D = 1 (each tile one beat, the two halves of the weights read in turn); stalls
+PAIRED = [(7, 12, 2, 0.0), (5, 2, 1, 0.3), (1, 4, 1, 0.0), (9, 1, 1, 0.3), (13, 6, 3, 0.5)]
+
+
+@pytest.mark.parametrize("seq_len, d_model, heads, stall", PAIRED)
+def test_core_paired_tiles(seq_len, d_model, heads, stall):
+    """With more array rows than columns and registered DSPs the projections run their tiles
+    in pairs (:attr:`AttentionCore.paired_tiles`): tile t on a row block, tile t + 1 on the
+    same one, then both on the next; each keeps its weights in its half of the weights
+    memory and its own constants and destination."""
+    cfg = preset("tiny").replace(dsp="ecp5_registered", rows=4, cols=2, max_heads=4,
+                                 max_seq_len=16)
+    assert AttentionCore(cfg).paired_tiles
+    qm, xi, expected = layer(cfg, seq_len, d_model, heads, seed=9 if d_model == 1 else 3,
+                             causal=True)
+    run = simulate_core(cfg, qm, xi, causal=True, stall=stall,
+                        name=f"core_paired_{seq_len}_{d_model}_{heads}")
+    assert_equal(f"core output y (paired tiles, L, D, H = {seq_len, d_model, heads})",
+                 expected.y, run.y)
+    check_beats(run.counters, CoreShape(cfg, seq_len, d_model, heads), causal=True)
+
+
+def test_core_paired_tiles_take_x_as_it_comes(monkeypatch):
+    """While X loads (C values a cycle, a beat takes R) two tiles per row block leave the
+    array waiting less than one: the same layer, exact both ways, starves the array fewer
+    cycles with pairs."""
+    cfg = preset("tiny").replace(dsp="ecp5_registered", rows=4, cols=2, max_heads=4,
+                                 max_seq_len=16)
+    qm, xi, expected = layer(cfg, 16, 8, 2, seed=4)
+    runs = {}
+    for paired in (True, False):
+        monkeypatch.setattr(AttentionCore, "paired_tiles", property(lambda self, p=paired: p))
+        runs[paired] = simulate_core(cfg, qm, xi, name=f"core_paired_x_{paired}")
+        assert_equal(f"core output y (paired tiles {paired})", expected.y, runs[paired].y)
+    assert runs[True].counters["array_starved"] < runs[False].counters["array_starved"]
+    assert runs[True].cycles < runs[False].cycles
+
+
 def test_core_results_queue_full():
     """An output that takes a row only now and then (95 % backpressure) fills the writer's
     results queue: the requantizers, which take a row a cycle after deciding to (one lane
