@@ -434,12 +434,14 @@ def _make_presets() -> dict:
         # softmax units (at 70063ab the reference layer: 11,683 cycles; 16 units 11,667, four
         # 11,839), eight requantizers (a score tile, K = d = 16, brings
         # 16 rows of 8 in 16 cycles: with four the array waited for them 10 % of the reference
-        # layer) and four bank writers (two: 7 %). 152 of the 156 DSPs; the requantization
-        # constants in block RAM, so that the device routes (in LUT RAM the corner with the
-        # requantizers stayed congested).
+        # layer), eight bank writers (at be45b06 the reference layer: 11,097 cycles; four
+        # 11,297: the P.V tiles of the first row blocks, K = 16, bring their rows faster than
+        # four write them) and eight score slots (four: 11,136). 152 of the 156 DSPs; the
+        # requantization constants in block RAM, so that the device routes (in LUT RAM the
+        # corner with the requantizers stayed congested).
         "ulx3s_16x8": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=16,
-                                   cols=8, softmax_units=8, requant_units=8, bank_writers=4,
-                                   dsp="ecp5_registered", params_ram="block"),
+                                   cols=8, softmax_units=8, requant_units=8, bank_writers=8,
+                                   score_slots=8, dsp="ecp5_registered", params_ram="block"),
         # ULX3S (ECP5-85F): MiniLM-sized layers on a 16x8 array of registered MULT18X18D
         # (128 of the 156 DSPs; the attention core needs power-of-two array sides).
         "ulx3s": base.replace(max_seq_len=64, max_d_model=384, max_heads=12, rows=16,
