@@ -21,10 +21,11 @@ Schedule of one run (``L x D``, ``H`` heads of ``d``, array ``R x C``; counts in
    :attr:`AttentionCore.attention_slots`) so the softmax of block ``n`` (score rows of
    ``keys`` streamed from the score memory into :class:`hw.softmax.Softmax`, probabilities
    into the P memory, both in ``slots`` slots) runs while the array computes the ops around
-   it; the first S starts once Q and K are written, while the V tiles still drain;
+   it (with :attr:`AttentionCore.early_phases` the first S starts once Q and K are written,
+   while the V tiles still drain);
 4. *output*: for each tile of ``C`` output channels and each row block, ``concat · W_oᵀ``
    (``K = D``, weights from ``w_stream`` as in 2), requantized and sent out on ``o_stream``
-   (with :attr:`AttentionCore.early_output` from the attention's last beat on, each row
+   (with :attr:`AttentionCore.early_phases` from the attention's last beat on, each row
    block once its head outputs are written).
 
 Stream formats and orders: :mod:`hw.core_io`. Buffers (``amaranth.lib.memory``): X, Q and the
@@ -180,13 +181,16 @@ class AttentionCore(wiring.Component):
         return self.feeder_claims and self.cfg.rows > self.cfg.cols
 
     @property
-    def early_output(self) -> bool:
-        """Whether the output projection starts as soon as the attention's last beat is
-        issued (wherever the feeder claims, :attr:`feeder_claims`) instead of once every
-        result is written: a tile on row block ``rb`` waits only until the head outputs of
-        the row blocks up to ``rb`` are in the banks (`x_ready` in the output phase). On the
-        16x8 the reference layer's last P.V results took 59 cycles to drain, in which the
-        array had no beat."""
+    def early_phases(self) -> bool:
+        """Whether the attention and the output phases start before the results of the phase
+        before are all written (wherever the feeder claims, :attr:`feeder_claims`; the
+        iCE40UP5K preset has no logic cell to spare): the attention once Q and K are written
+        (the V tiles, which come last, may still drain: P.V reads V only after an S op
+        written after them and its softmax block), the output as soon as the attention's
+        last beat is issued, a tile on row block ``rb`` waiting only until the head outputs
+        of the row blocks up to ``rb`` are in the banks (`x_ready` in the output phase). On
+        the 16x8 the reference layer's V tiles took 47 cycles to drain and its last P.V
+        results 59, in which the array had no beat."""
         return self.feeder_claims
 
     @property
@@ -461,7 +465,7 @@ class AttentionCore(wiring.Component):
         last_tok = Signal(range(lmax), reset_less=True)     # L - 1
         last_rb = Signal(range(lmax + 1), reset_less=True)  # row blocks - 1
         last_pv_blk = Signal(range(dmax + 1), reset_less=True)   # wph - 1
-        last_h = Signal(range(hmax), reset_less=True)            # H - 1
+        last_h = Signal(range(hmax), reset_less=True)            # H - 1 (early_phases)
         # keys a padding mask leaves (at least one: a row with every key masked has
         # probabilities 0 whatever its length) and the row block of the last of them
         pad = Signal(range(lmax + 1), reset_less=True)
@@ -517,10 +521,10 @@ class AttentionCore(wiring.Component):
             m.d.sync += outstanding.eq(outstanding + tile_issued - tile_retired)
             m.d.comb += drained.eq((outstanding == 0) & ~tile_issued)
         out_done = Signal()                 # last output beat left
-        # `qk_written`: every Q and K row is in its bank. The writer retires rows in order and
-        # the projections' V tiles come last, so once a V row retired (`v_retired`) no Q or K
-        # row is left to retire, and `banks_written` then says they all landed (V rows do
-        # not go to the banks).
+        # `qk_written` (:attr:`early_phases`): every Q and K row is in its bank. The writer
+        # retires rows in order and the projections' V tiles come last, so once a V row
+        # retired (`v_retired`) no Q or K row is left to retire, and `banks_written` then says
+        # they all landed (V rows do not go to the banks).
         v_retired, qk_written = Signal(), Signal()
         # every X row queued at the X/Q banks is in them (a row is in a bank's queue from the
         # cycle after it is taken), and so is every row the writer retired (its serializer is
@@ -591,14 +595,12 @@ class AttentionCore(wiring.Component):
                                     m.d.sync += lp_h.eq(lp_h + 1)
             with m.State("PROJ"):
                 m.d.comb += phase_proj.eq(1)
-                # the attention may start while the V tiles drain: S reads only Q and K
-                # (`qk_written`), and P.V's first read of V waits for an S op written after
-                # them and its softmax block
-                with m.If(proj_done & qk_written):
+                with m.If(proj_done & (qk_written if self.early_phases
+                                       else drained & banks_written)):
                     m.next = "ATT"
             with m.State("ATT"):
                 m.d.comb += phase_att.eq(1)
-                with m.If(att_done & (1 if self.early_output else drained & banks_written)):
+                with m.If(att_done & (1 if self.early_phases else drained & banks_written)):
                     m.next = "OUT"
             with m.State("OUT"):
                 m.d.comb += phase_out.eq(1)
@@ -851,13 +853,13 @@ class AttentionCore(wiring.Component):
                 block_in = Cat(tok_ok).all() & ~ended
             else:
                 block_in = Cat(t > rb for t in x_tokens).all()
-        # With :attr:`early_output` the same register says in the output phase that the head
+        # With :attr:`early_phases` the same register says in the output phase that the head
         # outputs of the output tile's row block are in the banks (`pv_blocks`: row blocks
         # whose every P.V row is), last cycle's comparison, which holds unless a tile ended
         # as well (an output op starts at row block 0, never past the one compared before).
         x_cond = x_in | (block_in & ~(issue & last))
         pv_blocks = Signal(range(_ceil_div(lmax, R) + 1))
-        if self.early_output:
+        if self.early_phases:
             m.d.sync += x_ready.eq(Mux(phase_out, (pv_blocks > rb) & ~(issue & last), x_cond))
             waits_x = (cur_op == _PROJ) | (cur_op == _OUT)
         else:
@@ -959,20 +961,22 @@ class AttentionCore(wiring.Component):
                         with m.Else():
                             m.d.sync += pj_j.eq(pj_j + 1)
 
-                    with m.If(~half & has_b):
-                        # the pair's second tile on the same row block (`has_b` only in a
-                        # projection with `paired_tiles`)
-                        m.d.sync += [half.eq(1), tile.eq(tile + 1), k_word.eq(0),
-                                     rem_cols.eq(Mux(pj_j + 1 == wph, d, rem_cols - C))]
-                        next_proj_tile()
-                    with m.Elif(rb != last_rb):
+                    if pairs:
+                        with m.If(~half & has_b):
+                            # the pair's second tile on the same row block (`has_b` only in a
+                            # projection)
+                            m.d.sync += [half.eq(1), tile.eq(tile + 1), k_word.eq(0),
+                                         rem_cols.eq(Mux(pj_j + 1 == wph, d, rem_cols - C))]
+                            next_proj_tile()
+                    with (m.Elif if pairs else m.If)(rb != last_rb):
                         m.d.sync += [rb.eq(rb + 1), want_w.eq(0), rem_rows.eq(rem_rows - R),
                                      k_word.eq(0), a_base.eq(a_base + stride)]
-                        with m.If(half):
-                            # back to the pair's first tile
-                            m.d.sync += [half.eq(0), pj_m.eq(pa_m), pj_h.eq(pa_h),
-                                         pj_j.eq(pa_j), pj_base.eq(pa_base), tile.eq(pa_tile),
-                                         rem_cols.eq(pa_rem)]
+                        if pairs:
+                            with m.If(half):
+                                # back to the pair's first tile
+                                m.d.sync += [half.eq(0), pj_m.eq(pa_m), pj_h.eq(pa_h),
+                                             pj_j.eq(pa_j), pj_base.eq(pa_base),
+                                             tile.eq(pa_tile), rem_cols.eq(pa_rem)]
                     with m.Else():
                         m.d.sync += [cur_op.eq(7), want_w.eq(0), tile.eq(tile + 1),
                                      half.eq(0)]
@@ -1046,10 +1050,11 @@ class AttentionCore(wiring.Component):
                              desc_in.slot.eq(s_slot),
                              desc_in.op_last.eq(blk == s_last_blk)]
             with m.Case(_PV):
-                # (`op_last`: the row block's last P.V tile)
                 m.d.comb += [desc_in.hword.eq(v_word), desc_in.head.eq(pv_h),
-                             desc_in.slot.eq(pv_slot),
-                             desc_in.op_last.eq((blk == last_pv_blk) & (pv_h == last_h))]
+                             desc_in.slot.eq(pv_slot)]
+                if self.early_phases:
+                    # `op_last`: the row block's last P.V tile
+                    m.d.comb += desc_in.op_last.eq((blk == last_pv_blk) & (pv_h == last_h))
             with m.Case(_OUT):
                 m.d.comb += desc_in.run_last.eq((ot_cb == last_w) & (rb == last_rb))
 
@@ -1578,10 +1583,10 @@ class AttentionCore(wiring.Component):
         with m.Elif(retire & (ctrl.op == _PROJ) & (ctrl.target == 2)):
             m.d.sync += v_retired.eq(1)
         m.d.comb += qk_written.eq(v_retired & banks_written)
-        # row blocks whose head outputs are all in the banks (:attr:`early_output`): counted
+        # row blocks whose head outputs are all in the banks (:attr:`early_phases`): counted
         # as their last P.V row retires (`pv_retired`), taken into `pv_blocks` while
         # `banks_written` says every row retired before is in
-        if self.early_output:
+        if self.early_phases:
             pv_retired = Signal.like(pv_blocks)
             with m.If(~running):
                 m.d.sync += [pv_retired.eq(0), pv_blocks.eq(0)]
