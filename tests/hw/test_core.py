@@ -207,9 +207,14 @@ def test_core_sim_reports_a_deadlock(monkeypatch):
         simulate_core(cfg, qm, xi, name="core_starved", stuck_cycles=3000)
 
 
-def test_core_recovers_from_reset_mid_run():
+@pytest.mark.parametrize("overrides, reset_at", [
+    ({}, 300),
+    # registered DSPs on a 4x2 array: paired tiles and early phases
+    (dict(dsp="ecp5_registered", rows=4, cols=2, max_heads=4, max_seq_len=16), 150),
+])
+def test_core_recovers_from_reset_mid_run(overrides, reset_at):
     """Reset during the projections; the next run (all streams sent again) is exact."""
-    cfg = preset("tiny")
+    cfg = preset("tiny").replace(**overrides)
     qm, xi, expected = layer(cfg, 5, 8, 2, seed=4)
     core = AttentionCore(cfg)
     rst = Signal()
@@ -229,8 +234,8 @@ def test_core_recovers_from_reset_mid_run():
     def benches():
         async def driver(ctx):
             await start(ctx)
-            await ctx.tick().repeat(300)                # well into the projections
-            assert ctx.get(core.busy)
+            await ctx.tick().repeat(reset_at)           # well into the projections
+            assert ctx.get(core.busy) and ctx.get(core.counters[1]) > 0
             ctx.set(rst, 1)
             await ctx.tick()
             ctx.set(rst, 0)
