@@ -420,10 +420,13 @@ def _make_presets() -> dict:
                                         lut_addr_bits=4, exp_bits=12, prob_bits=8,
                                         mult_bits=12, div_bits_per_stage=2),
         # ULX3S (ECP5-85F): the reference layer's shape on an 8x4 array of registered DSPs
-        # with two softmax units (one left the array waiting 6 % of the reference layer). The
-        # ULX3S board's preset: it builds in minutes.
+        # with two softmax units (one left the array waiting 6 % of the reference layer) and
+        # four score slots (at cab3000 the reference layer: 42,509 cycles; two 43,111, the
+        # array waiting 629 of them for the softmax of the first row blocks; four softmax
+        # units and two slots 42,694; the slots' memories are block RAMs of the same count).
+        # The ULX3S board's preset: it builds in minutes.
         "ulx3s_8x4": base.replace(max_seq_len=64, max_d_model=64, max_heads=4, rows=8, cols=4,
-                                  softmax_units=2, dsp="ecp5_registered"),
+                                  softmax_units=2, score_slots=4, dsp="ecp5_registered"),
         # ULX3S (ECP5-85F): the same shape on an 8x8 array, twice the multipliers, with four
         # softmax units (at 70063ab the causal reference layer waited 53 of its 21,828 cycles
         # for them; eight 45, two 281): the fastest reference layer, but nextpnr takes 20 to
