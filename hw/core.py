@@ -884,15 +884,16 @@ class AttentionCore(wiring.Component):
 
         with m.If(cur_op == 7):
             with m.If(phase_proj & ~proj_done):
+                first_rem = d - (pj_j << lc)
                 m.d.sync += [cur_op.eq(_PROJ), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
-                             rem_cols.eq(d - (pj_j << lc)), a_base.eq(0)]
+                             rem_cols.eq(first_rem), a_base.eq(0)]
                 start_tile(0, D)
                 if pairs:
                     m.d.sync += [half.eq(0),
                                  has_b.eq(~((pj_m == 2) & (pj_h + 1 == H) & (pj_j + 1 == wph))),
                                  pa_m.eq(pj_m), pa_h.eq(pj_h), pa_j.eq(pj_j),
                                  pa_base.eq(pj_base), pa_tile.eq(tile),
-                                 pa_rem.eq(d - (pj_j << lc))]
+                                 pa_rem.eq(first_rem)]
             with m.Elif(phase_att & ~att_done):
                 # the next S while it is at most one ahead of PV; else the next PV once its
                 # probabilities are complete
@@ -1578,15 +1579,15 @@ class AttentionCore(wiring.Component):
         else:
             m.d.comb += banks_written.eq(banks_now)
         v_wr = wr & (ctrl.op == _PROJ) & (ctrl.target == 2)
-        with m.If(~running):
-            m.d.sync += v_retired.eq(0)
-        with m.Elif(retire & (ctrl.op == _PROJ) & (ctrl.target == 2)):
-            m.d.sync += v_retired.eq(1)
-        m.d.comb += qk_written.eq(v_retired & banks_written)
         # row blocks whose head outputs are all in the banks (:attr:`early_phases`): counted
         # as their last P.V row retires (`pv_retired`), taken into `pv_blocks` while
         # `banks_written` says every row retired before is in
         if self.early_phases:
+            with m.If(~running):
+                m.d.sync += v_retired.eq(0)
+            with m.Elif(retire & (ctrl.op == _PROJ) & (ctrl.target == 2)):
+                m.d.sync += v_retired.eq(1)
+            m.d.comb += qk_written.eq(v_retired & banks_written)
             pv_retired = Signal.like(pv_blocks)
             with m.If(~running):
                 m.d.sync += [pv_retired.eq(0), pv_blocks.eq(0)]

@@ -207,10 +207,13 @@ def test_core_sim_reports_a_deadlock(monkeypatch):
         simulate_core(cfg, qm, xi, name="core_starved", stuck_cycles=3000)
 
 
+# registered DSPs on an array with more rows than columns: paired tiles, early phases
+PAIRED_ARRAY = dict(dsp="ecp5_registered", rows=4, cols=2, max_heads=4, max_seq_len=16)
+
+
 @pytest.mark.parametrize("overrides, reset_at", [
     ({}, 300),
-    # registered DSPs on a 4x2 array: paired tiles and early phases
-    (dict(dsp="ecp5_registered", rows=4, cols=2, max_heads=4, max_seq_len=16), 150),
+    (PAIRED_ARRAY, 150),
 ])
 def test_core_recovers_from_reset_mid_run(overrides, reset_at):
     """Reset during the projections; the next run (all streams sent again) is exact."""
@@ -431,8 +434,7 @@ def test_core_paired_tiles(seq_len, d_model, heads, stall):
     in pairs (:attr:`AttentionCore.paired_tiles`): tile t on a row block, tile t + 1 on the
     same one, then both on the next; each keeps its weights in its half of the weights
     memory and its own constants and destination."""
-    cfg = preset("tiny").replace(dsp="ecp5_registered", rows=4, cols=2, max_heads=4,
-                                 max_seq_len=16)
+    cfg = preset("tiny").replace(**PAIRED_ARRAY)
     assert AttentionCore(cfg).paired_tiles
     qm, xi, expected = layer(cfg, seq_len, d_model, heads, seed=9 if d_model == 1 else 3,
                              causal=True)
@@ -447,8 +449,7 @@ def test_core_paired_tiles_take_x_as_it_comes(monkeypatch):
     """While X loads (C values a cycle, a beat takes R) two tiles per row block leave the
     array waiting less than one: the same layer, exact both ways, starves the array fewer
     cycles with pairs."""
-    cfg = preset("tiny").replace(dsp="ecp5_registered", rows=4, cols=2, max_heads=4,
-                                 max_seq_len=16)
+    cfg = preset("tiny").replace(**PAIRED_ARRAY)
     qm, xi, expected = layer(cfg, 16, 8, 2, seed=4)
     runs = {}
     for paired in (True, False):
