@@ -25,7 +25,7 @@ Throughput and latency
 ----------------------
 One value per cycle: a row takes ``lanes`` cycles, so the unit keeps up with an
 ``R x C`` array for reduction lengths ``K >= R * C``. A value leaves :attr:`latency` cycles
-after its row and parameters are both valid (no stalls): 5, or 8 with ``"ecp5_registered"``.
+after its row and parameters are both valid (no stalls): 5, or 9 with ``"ecp5_registered"``.
 One ``stall`` signal (output valid and not ready) freezes the whole pipeline; nothing is lost
 or repeated.
 
@@ -171,8 +171,17 @@ class Requantizer(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from a value's issue (its row and parameters valid, no stall) to its output:
-        ``acc + bias``, the product, the shift, the rounded and saturated result."""
-        return 1 + self.product_stages + 2
+        ``acc + bias``, the product, the shift, the rounded and saturated result (the
+        rounding and the saturation test a stage apart with :attr:`split_saturation`)."""
+        return 1 + self.product_stages + 2 + self.split_saturation
+
+    @property
+    def split_saturation(self) -> bool:
+        """With ``"ecp5_registered"`` the rounding and the saturation test take a stage of
+        their own before the saturating select (one cycle more): on the 16x8 ULX3S device the
+        saturation test, a comparison as wide as the product, then the select were the
+        critical path (11.2 ns)."""
+        return self.multiplier == "ecp5_registered"
 
     @property
     def sum_bits(self) -> int:
@@ -230,7 +239,8 @@ class Requantizer(wiring.Component):
         exacts = [Signal(name=f"exact{n}", reset_less=True) for n in range(1, ps + 3)]
         prod = Signal(signed(pbits), reset_less=True)
         # Stage 2 + ps: t = x >> (S - 1) (and for half_even, whether bits below it were set);
-        # stage 3 + ps: the rounded, saturated result.
+        # stage 3 + ps: the rounded, saturated result (with `split_saturation`, stage 3 + ps the
+        # rounded value and the saturation flags, stage 4 + ps the result).
         work = pbits + 2
         t = Signal(signed(work), reset_less=True)
         sticky = Signal(reset_less=True)
@@ -262,10 +272,13 @@ class Requantizer(wiring.Component):
                 up = t[0]
             else:
                 up = t[0] & (sticky | q[0])
-            rounded = Signal(signed(work))
-            m.d.comb += rounded.eq(Mux(exacts[-1], t, q + up))
-            hi = (1 << (self.out_bits - 1)) - 1
-            lo = -(1 << (self.out_bits - 1))
+            # The rounded value matters only where it does not saturate, where it fits in
+            # `out_bits`: the rounding adder is that wide.
+            ob = self.out_bits
+            rounded = Signal(signed(ob))
+            m.d.comb += rounded.eq(Mux(exacts[-1], t[:ob], q[:ob] + up))
+            hi = (1 << (ob - 1)) - 1
+            lo = -(1 << (ob - 1))
             # Saturation: whether q + up leaves [lo, hi], from q and up (up is 0 or 1), so the
             # comparisons run beside the rounding adder, not after it (on the 8x8 ULX3S device
             # adder then comparison was the critical path, 11.0 ns).
@@ -274,6 +287,11 @@ class Requantizer(wiring.Component):
                 over.eq(Mux(exacts[-1], t > hi, (q > hi) | ((q == hi) & up))),
                 under.eq(Mux(exacts[-1], t < lo, (q < lo - 1) | ((q == lo - 1) & ~up))),
             ]
+            if self.split_saturation:
+                rounded_r = Signal(signed(ob), reset_less=True)
+                over_r, under_r = Signal(reset_less=True), Signal(reset_less=True)
+                m.d.sync += [rounded_r.eq(rounded), over_r.eq(over), under_r.eq(under)]
+                rounded, over, under = rounded_r, over_r, under_r
             m.d.sync += out.eq(Mux(over, hi, Mux(under, lo, rounded)))
 
         m.d.comb += [o.valid.eq(valid[-1]), o.payload.value.eq(out),
