@@ -494,6 +494,11 @@ class AttentionCore(wiring.Component):
             # ((row_block + 1) * R < pad exactly when row_block < (pad - 1) // R)
             return Mux(args.causal & (row_block < pad_last_rb), (row_block + 1) << lr, pad)
 
+        def key_bound_over_c(row_block):
+            """``key_bound(row_block) > C`` without its adder and shift: ``(row_block + 1) *
+            R > C`` exactly when ``row_block >= C // R`` (R and C powers of two)."""
+            return Mux(args.causal & (row_block < pad_last_rb), row_block >= C // R, pad > C)
+
         # ---- top-level sequence ---------------------------------------------------------
         running = Signal()
         # copies of `running` for the far groups of registers it clears (the X banks' token
@@ -729,6 +734,13 @@ class AttentionCore(wiring.Component):
 
         issue = Signal()            # F0 issues a beat this cycle
         cur_op = Signal(3, init=7)  # 7 = none
+        # (its next value, set by `op_to`: the issue's gate below is a register of it)
+        cur_op_next = Signal(3)
+        m.d.comb += cur_op_next.eq(cur_op)
+        m.d.sync += cur_op.eq(cur_op_next)
+
+        def op_to(value):
+            m.d.comb += cur_op_next.eq(value)
         # this beat takes its weights from w_stream: (cur_op is _PROJ or _OUT) & (rb == 0), a
         # register set with them (on the 8x8 ULX3S device `rb == 0` and the op decode were the
         # first four of the eight logic levels before the weights reader's queue)
@@ -778,11 +790,33 @@ class AttentionCore(wiring.Component):
         # later), so it holds from its first beat
         s_last_blk = Signal(range(lmax + 1))    # the S op's key blocks - 1
         m.d.sync += s_last_blk.eq((key_bound(s_rb) - 1) >> lc)
+        # whether the op has a tile after the current one: another row block (`rb_more`, for
+        # projections and the output), another key block (`s_more`) or column block
+        # (`pv_more`). With `feeder_claims` two registers set beside `rb` and `blk` from
+        # their next values, so that no comparison of a counter lies between the issue and
+        # the counters it advances (on the 16x8 ULX3S device the issue -> `blk != s_last_blk`
+        # -> the enables of `rem_cols` and `k_base` were the slowest paths of the netlist).
+        rb_more, s_more, pv_more = rb != last_rb, blk != s_last_blk, blk != last_pv_blk
+        more_flags = self.feeder_claims
+        if more_flags:
+            rb_more = Signal(name="rb_more")
+            s_more = pv_more = Signal(name="blk_more")
+
+        def set_more(flag, value):
+            if more_flags:
+                m.d.sync += flag.eq(value)
+
         # S ops done minus PV ops done, 0 to `slots`: S(n) starts while n <= PV ops done +
         # slots - 1, so PV(n - slots) has ended (its reads of P slot n mod `slots` are issued)
         # and the softmax has finished block n - slots (its reads of score slot n mod `slots`)
         s_lead = Signal(range(slots + 1))
         s_drained = Signal(count)   # S ops fully written to the score memory
+        # whether the next S op may start (S ops left, at most `slots` ahead of PV): with
+        # `feeder_claims` a register set from the next values of `s_lead` and `s_end` (the
+        # comparison of `s_lead` before an op's start was the next slowest path)
+        s_open = ~s_end & (s_lead < slots)
+        if more_flags:
+            s_open = Signal(name="s_open", init=1)
         # blocks each softmax unit finished minus PV ops done, 0 to `slots` (a unit finishes
         # block n after S(n); PV(n) waits until every unit finished block n)
         sm_ahead = [Signal(range(slots + 1), name=f"sm_ahead_{u}") for u in range(U)]
@@ -808,7 +842,9 @@ class AttentionCore(wiring.Component):
         ot_h, ot_j, ot_base = Signal(range(hmax)), Signal(range(dmax + 1)), Signal(wpt_bits + 1)
 
         with m.If(~running):
-            m.d.sync += [cur_op.eq(7), want_w.eq(0), pj_m.eq(0), pj_h.eq(0), pj_j.eq(0),
+            op_to(7)
+            set_more(s_open, 1)
+            m.d.sync += [want_w.eq(0), pj_m.eq(0), pj_h.eq(0), pj_j.eq(0),
                          pj_base.eq(0), s_rb.eq(0), s_h.eq(0), s_base.eq(0), s_slot.eq(0),
                          s_end.eq(0), s_lead.eq(0), pv_rb.eq(0), pv_h.eq(0), pv_base.eq(0),
                          pv_slot.eq(0), pv_end.eq(0),
@@ -859,35 +895,64 @@ class AttentionCore(wiring.Component):
         # as well (an output op starts at row block 0, never past the one compared before).
         x_cond = x_in | (block_in & ~(issue & last))
         pv_blocks = Signal(range(_ceil_div(lmax, R) + 1))
+        x_ready_next = Signal()
+
+        def waits_x(op):
+            if self.early_phases:
+                return (op == _PROJ) | (op == _OUT)
+            return op == _PROJ
         if self.early_phases:
-            m.d.sync += x_ready.eq(Mux(phase_out, (pv_blocks > rb) & ~(issue & last), x_cond))
-            waits_x = (cur_op == _PROJ) | (cur_op == _OUT)
+            m.d.comb += x_ready_next.eq(Mux(phase_out, (pv_blocks > rb) & ~(issue & last),
+                                            x_cond))
         else:
-            m.d.sync += x_ready.eq(x_cond)
-            waits_x = cur_op == _PROJ
-        m.d.sync += desc_room.eq(desc.level + pend < desc_depth - 2)
+            m.d.comb += x_ready_next.eq(x_cond)
+        m.d.sync += [x_ready.eq(x_ready_next),
+                     desc_room.eq(desc.level + pend < desc_depth - 2)]
         # With the beat queue (:attr:`beat_queue`) the counters' own conditions and the
         # queue's room (`gen_room`, a register) decide; the array's room and the weights are
         # the queue's consumer's (`pop`, below).
         gen_room = Signal()
-        counters_ready = (cur_op != 7) & (~first | desc_room) & (~waits_x | x_ready)
+        # The gate of the op and its X: with `feeder_claims` a register (`go`) of the next op
+        # and X readiness, so that the issue is one LUT from registers (on the 16x8 ULX3S
+        # device the op's decode -> the issue -> the counters were the slowest paths).
+        op_ready = (cur_op != 7) & (~waits_x(cur_op) | x_ready)
+        if self.feeder_claims:
+            go = Signal(name="go")
+            m.d.sync += go.eq((cur_op_next != 7) & (~waits_x(cur_op_next) | x_ready_next))
+            op_ready = go
+        counters_ready = op_ready & (~first | desc_room)
         if self.beat_queue:
             m.d.comb += can_issue.eq(counters_ready & gen_room)
         else:
             m.d.comb += can_issue.eq(counters_ready & feed_room & (~want_w | w_valid))
         m.d.comb += issue.eq(can_issue)
 
-        def start_tile(k_word_init, reduction):
+        def start_tile(k_word_init, reduction_m1, reduction_one):
             m.d.sync += [k.eq(0), k_lane.eq(0), k_word.eq(k_word_init), first.eq(1),
-                         last.eq(reduction == 1), left.eq(reduction - 1),
-                         red_m1.eq(reduction - 1), red_one.eq(reduction == 1)]
+                         last.eq(reduction_one), left.eq(reduction_m1),
+                         red_m1.eq(reduction_m1), red_one.eq(reduction_one)]
+
+        # A PV op's reduction length (its row block's key bound) and rows: with
+        # `feeder_claims` registers of them, a cycle behind `pv_rb`, which is a cycle more
+        # than a PV op's start can follow the PV op before it (`sm_ready` waits for
+        # `pv_ended`); the key bound's comparison and adders were then the slowest paths to
+        # the tile's counters (`left`).
+        pv_kb = key_bound(pv_rb)
+        pv_red_m1, pv_red_one, pv_rows = pv_kb - 1, pv_kb == 1, L - (pv_rb << lr)
+        if self.feeder_claims:
+            regs = (Signal.like(left, name="pv_red_m1"), Signal(name="pv_red_one"),
+                    Signal.like(rem_rows, name="pv_rows"))
+            m.d.sync += [r.eq(v) for r, v in zip(regs, (pv_red_m1, pv_red_one, pv_rows))]
+            pv_red_m1, pv_red_one, pv_rows = regs
 
         with m.If(cur_op == 7):
             with m.If(phase_proj & ~proj_done):
                 first_rem = d - (pj_j << lc)
-                m.d.sync += [cur_op.eq(_PROJ), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
+                op_to(_PROJ)
+                m.d.sync += [rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(first_rem), a_base.eq(0)]
-                start_tile(0, D)
+                set_more(rb_more, last_rb != 0)
+                start_tile(0, D - 1, D == 1)
                 if pairs:
                     m.d.sync += [half.eq(0),
                                  has_b.eq(~((pj_m == 2) & (pj_h + 1 == H) & (pj_j + 1 == wph))),
@@ -897,20 +962,27 @@ class AttentionCore(wiring.Component):
             with m.Elif(phase_att & ~att_done):
                 # the next S while it is at most one ahead of PV; else the next PV once its
                 # probabilities are complete
-                with m.If(~s_end & (s_lead < slots)):
-                    m.d.sync += [cur_op.eq(_S), blk.eq(0), rem_cols.eq(L),
+                with m.If(s_open):
+                    op_to(_S)
+                    m.d.sync += [blk.eq(0), rem_cols.eq(L),
                                  rem_rows.eq(L - (s_rb << lr)),
                                  a_base.eq(q_base + at(s_rb, 0)), k_base.eq(0)]
-                    start_tile(s_base, d)
+                    # (`s_last_blk` may still be the previous row block's in this cycle)
+                    set_more(s_more, key_bound_over_c(s_rb))
+                    start_tile(s_base, d - 1, d == 1)
                 with m.Elif(~pv_end & sm_ready):
-                    m.d.sync += [cur_op.eq(_PV), blk.eq(0), rem_cols.eq(d),
-                                 rem_rows.eq(L - (pv_rb << lr)), v_word.eq(pv_base)]
-                    start_tile(pv_base, key_bound(pv_rb))
+                    op_to(_PV)
+                    m.d.sync += [blk.eq(0), rem_cols.eq(d),
+                                 rem_rows.eq(pv_rows), v_word.eq(pv_base)]
+                    set_more(pv_more, last_pv_blk != 0)
+                    start_tile(pv_base, pv_red_m1, pv_red_one)
             with m.Elif(phase_out & ~out_issued):
-                m.d.sync += [cur_op.eq(_OUT), rb.eq(0), want_w.eq(1), rem_rows.eq(L),
+                op_to(_OUT)
+                m.d.sync += [rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
                              ot_base.eq(0), a_base.eq(0), half.eq(0), has_b.eq(0)]
-                start_tile(0, D)
+                set_more(rb_more, last_rb != 0)
+                start_tile(0, D - 1, D == 1)
 
         # `first` and `last` of the current tile are registers, set by `start_tile` and here
         # from `left` and the op's `red_m1` / `red_one`, so that neither a comparison of `k`
@@ -969,9 +1041,10 @@ class AttentionCore(wiring.Component):
                             m.d.sync += [half.eq(1), tile.eq(tile + 1), k_word.eq(0),
                                          rem_cols.eq(Mux(pj_j + 1 == wph, d, rem_cols - C))]
                             next_proj_tile()
-                    with (m.Elif if pairs else m.If)(rb != last_rb):
+                    with (m.Elif if pairs else m.If)(rb_more):
                         m.d.sync += [rb.eq(rb + 1), want_w.eq(0), rem_rows.eq(rem_rows - R),
                                      k_word.eq(0), a_base.eq(a_base + stride)]
+                        set_more(rb_more, rb + 1 != last_rb)
                         if pairs:
                             with m.If(half):
                                 # back to the pair's first tile
@@ -979,7 +1052,8 @@ class AttentionCore(wiring.Component):
                                              pj_j.eq(pa_j), pj_base.eq(pa_base),
                                              tile.eq(pa_tile), rem_cols.eq(pa_rem)]
                     with m.Else():
-                        m.d.sync += [cur_op.eq(7), want_w.eq(0), tile.eq(tile + 1),
+                        op_to(7)
+                        m.d.sync += [want_w.eq(0), tile.eq(tile + 1),
                                      half.eq(0)]
                         with m.If(cur_op == _PROJ):
                             next_proj_tile()
@@ -989,11 +1063,15 @@ class AttentionCore(wiring.Component):
                             with m.Else():
                                 m.d.sync += ot_cb.eq(ot_cb + 1)
                 with m.Case(_S):
-                    with m.If(blk != s_last_blk):
+                    with m.If(s_more):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      k_word.eq(s_base), k_base.eq(k_base + stride)]
+                        set_more(s_more, blk + 1 != s_last_blk)
                     with m.Else():
-                        m.d.sync += [cur_op.eq(7), s_slot.eq(s_slot + 1), s_lead.eq(s_lead + 1)]
+                        op_to(7)
+                        m.d.sync += [s_slot.eq(s_slot + 1), s_lead.eq(s_lead + 1)]
+                        set_more(s_open, (s_lead + 1 < slots)
+                                 & ~((s_h + 1 == H) & (s_rb == last_rb)))
                         with m.If(s_h + 1 == H):
                             m.d.sync += [s_h.eq(0), s_base.eq(0)]
                             with m.If(s_rb == last_rb):
@@ -1003,11 +1081,14 @@ class AttentionCore(wiring.Component):
                         with m.Else():
                             m.d.sync += [s_h.eq(s_h + 1), s_base.eq(s_base + wph)]
                 with m.Case(_PV):
-                    with m.If(blk != last_pv_blk):
+                    with m.If(pv_more):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      v_word.eq(v_word + 1)]
+                        set_more(pv_more, blk + 1 != last_pv_blk)
                     with m.Else():
-                        m.d.sync += [cur_op.eq(7), pv_slot.eq(pv_slot + 1), s_lead.eq(s_lead - 1)]
+                        op_to(7)
+                        m.d.sync += [pv_slot.eq(pv_slot + 1), s_lead.eq(s_lead - 1)]
+                        set_more(s_open, ~s_end)
                         m.d.comb += pv_ends.eq(1)
                         with m.If(pv_h + 1 == H):
                             m.d.sync += [pv_h.eq(0), pv_base.eq(0)]
@@ -1049,15 +1130,15 @@ class AttentionCore(wiring.Component):
             with m.Case(_S):
                 m.d.comb += [desc_in.blk.eq(blk), desc_in.head.eq(s_h),
                              desc_in.slot.eq(s_slot),
-                             desc_in.op_last.eq(blk == s_last_blk)]
+                             desc_in.op_last.eq(~s_more)]
             with m.Case(_PV):
                 m.d.comb += [desc_in.hword.eq(v_word), desc_in.head.eq(pv_h),
                              desc_in.slot.eq(pv_slot)]
                 if self.early_phases:
                     # `op_last`: the row block's last P.V tile
-                    m.d.comb += desc_in.op_last.eq((blk == last_pv_blk) & (pv_h == last_h))
+                    m.d.comb += desc_in.op_last.eq(~pv_more & (pv_h == last_h))
             with m.Case(_OUT):
-                m.d.comb += desc_in.run_last.eq((ot_cb == last_w) & (rb == last_rb))
+                m.d.comb += desc_in.run_last.eq((ot_cb == last_w) & ~rb_more)
 
         # The beat the counters describe (issued this cycle with `issue`): its fields and read
         # addresses. With the beat queue it goes to one of two registers, which the feeder's
@@ -1395,7 +1476,7 @@ class AttentionCore(wiring.Component):
         # Rows inside the requantizers: one enters every `per` cycles at most and leaves
         # `rq.latency` cycles later, so `in_flight` entries of the row queue (and of the results
         # queue's credit below) never hold the array back (4 for a 5-cycle requantizer on two
-        # lanes; 9 for the 8-cycle one of registered DSPs on one).
+        # lanes; 10 for the 9-cycle one of registered DSPs on one).
         in_flight = _ceil_div(rq.latency, per) + 1
         # With `ready_ahead` whether the requantizers take a row this cycle is a register
         # (`rq_ready`), computed a cycle ahead from the next credit count, the constants set
@@ -1700,10 +1781,17 @@ class AttentionCore(wiring.Component):
             m.d.comb += query.eq((blk_rb << lr) | (u * RU) | row)
             masked = Signal(name=f"sm_masked_{u}")
             m.d.comb += masked.eq((args.causal & (j > query)) | (j >= args.valid_len))
+            # the row's last score (`j` the last key): with `feeder_claims` a register set
+            # from the next `j` (the comparison of `j + 1` was on the units' slowest paths)
+            j_last = j + 1 == sm_len
+            if self.feeder_claims:
+                j_last = Signal(name=f"sm_j_last_{u}")
             with m.If(~running_sm[u]):
                 m.d.sync += [busy[u].eq(0), j.eq(0), row.eq(0)]
             with m.Elif(block_start):
                 m.d.sync += busy[u].eq(1)
+                if self.feeder_claims:
+                    m.d.sync += j_last.eq(key_bound(sm_rb) == 1)
             s_q = Signal(score_word, name=f"sm_word_{u}", reset_less=True)
             # with `registered_reads` the word passes one more register on its way, F1b: the
             # block RAM's output register (on the 8x8 ULX3S device nextpnr put `sm_word` beside
@@ -1720,13 +1808,17 @@ class AttentionCore(wiring.Component):
                              s_q.eq(word_in)]
             with m.If(issue_sm):
                 m.d.sync += [info.lane.eq(j[:lc] if lc else 0), info.mask.eq(masked),
-                             info.last.eq(j + 1 == sm_len)]
-                with m.If(j + 1 == sm_len):
+                             info.last.eq(j_last)]
+                with m.If(j_last):
                     m.d.sync += [j.eq(0), row.eq(row + 1)]
+                    if self.feeder_claims:
+                        m.d.sync += j_last.eq(sm_len == 1)
                     with m.If(row == RU - 1):
                         m.d.sync += [row.eq(0), busy[u].eq(0)]
                 with m.Else():
                     m.d.sync += j.eq(j + 1)
+                    if self.feeder_claims:
+                        m.d.sync += j_last.eq(j + 2 == sm_len)
             sm_in = softmax.i_stream.payload
             feed = Signal.like(sm_in, name=f"sm_feed_{u}")
             m.d.comb += [feed.score.eq(s_q[info2.lane]), feed.last.eq(info2.last)]
@@ -1788,7 +1880,7 @@ class AttentionCore(wiring.Component):
                 m.d.sync += counters[4].eq(counters[4] + 1)
             with m.If(self.o_stream.valid & ~self.o_stream.ready):
                 m.d.sync += counters[5].eq(counters[5] + 1)
-            with m.If(phase_att & (cur_op == 7) & (s_end | (s_lead == slots)) & ~pv_end
+            with m.If(phase_att & (cur_op == 7) & ~s_open & ~pv_end
                       & ~sm_ready):
                 m.d.sync += counters[6].eq(counters[6] + 1)
         return m
