@@ -797,13 +797,13 @@ class AttentionCore(wiring.Component):
         # the counters it advances (on the 16x8 ULX3S device the issue -> `blk != s_last_blk`
         # -> the enables of `rem_cols` and `k_base` were the slowest paths of the netlist).
         rb_more, s_more, pv_more = rb != last_rb, blk != s_last_blk, blk != last_pv_blk
-        more_flags = self.feeder_claims
-        if more_flags:
+        if self.feeder_claims:
             rb_more = Signal(name="rb_more")
             s_more = pv_more = Signal(name="blk_more")
 
-        def set_more(flag, value):
-            if more_flags:
+        def set_next(flag, value):
+            # a flag kept as a register of its counters' next values (with `feeder_claims`)
+            if self.feeder_claims:
                 m.d.sync += flag.eq(value)
 
         # S ops done minus PV ops done, 0 to `slots`: S(n) starts while n <= PV ops done +
@@ -815,7 +815,7 @@ class AttentionCore(wiring.Component):
         # `feeder_claims` a register set from the next values of `s_lead` and `s_end` (the
         # comparison of `s_lead` before an op's start was the next slowest path)
         s_open = ~s_end & (s_lead < slots)
-        if more_flags:
+        if self.feeder_claims:
             s_open = Signal(name="s_open", init=1)
         # blocks each softmax unit finished minus PV ops done, 0 to `slots` (a unit finishes
         # block n after S(n); PV(n) waits until every unit finished block n)
@@ -843,7 +843,7 @@ class AttentionCore(wiring.Component):
 
         with m.If(~running):
             op_to(7)
-            set_more(s_open, 1)
+            set_next(s_open, 1)
             m.d.sync += [want_w.eq(0), pj_m.eq(0), pj_h.eq(0), pj_j.eq(0),
                          pj_base.eq(0), s_rb.eq(0), s_h.eq(0), s_base.eq(0), s_slot.eq(0),
                          s_end.eq(0), s_lead.eq(0), pv_rb.eq(0), pv_h.eq(0), pv_base.eq(0),
@@ -951,7 +951,7 @@ class AttentionCore(wiring.Component):
                 op_to(_PROJ)
                 m.d.sync += [rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(first_rem), a_base.eq(0)]
-                set_more(rb_more, last_rb != 0)
+                set_next(rb_more, last_rb != 0)
                 start_tile(0, D - 1, D == 1)
                 if pairs:
                     m.d.sync += [half.eq(0),
@@ -968,20 +968,20 @@ class AttentionCore(wiring.Component):
                                  rem_rows.eq(L - (s_rb << lr)),
                                  a_base.eq(q_base + at(s_rb, 0)), k_base.eq(0)]
                     # (`s_last_blk` may still be the previous row block's in this cycle)
-                    set_more(s_more, key_bound_over_c(s_rb))
+                    set_next(s_more, key_bound_over_c(s_rb))
                     start_tile(s_base, d - 1, d == 1)
                 with m.Elif(~pv_end & sm_ready):
                     op_to(_PV)
                     m.d.sync += [blk.eq(0), rem_cols.eq(d),
                                  rem_rows.eq(pv_rows), v_word.eq(pv_base)]
-                    set_more(pv_more, last_pv_blk != 0)
+                    set_next(pv_more, last_pv_blk != 0)
                     start_tile(pv_base, pv_red_m1, pv_red_one)
             with m.Elif(phase_out & ~out_issued):
                 op_to(_OUT)
                 m.d.sync += [rb.eq(0), want_w.eq(1), rem_rows.eq(L),
                              rem_cols.eq(D - (ot_cb << lc)), ot_h.eq(0), ot_j.eq(0),
                              ot_base.eq(0), a_base.eq(0), half.eq(0), has_b.eq(0)]
-                set_more(rb_more, last_rb != 0)
+                set_next(rb_more, last_rb != 0)
                 start_tile(0, D - 1, D == 1)
 
         # `first` and `last` of the current tile are registers, set by `start_tile` and here
@@ -1044,7 +1044,7 @@ class AttentionCore(wiring.Component):
                     with (m.Elif if pairs else m.If)(rb_more):
                         m.d.sync += [rb.eq(rb + 1), want_w.eq(0), rem_rows.eq(rem_rows - R),
                                      k_word.eq(0), a_base.eq(a_base + stride)]
-                        set_more(rb_more, rb + 1 != last_rb)
+                        set_next(rb_more, rb + 1 != last_rb)
                         if pairs:
                             with m.If(half):
                                 # back to the pair's first tile
@@ -1066,11 +1066,11 @@ class AttentionCore(wiring.Component):
                     with m.If(s_more):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      k_word.eq(s_base), k_base.eq(k_base + stride)]
-                        set_more(s_more, blk + 1 != s_last_blk)
+                        set_next(s_more, blk + 1 != s_last_blk)
                     with m.Else():
                         op_to(7)
                         m.d.sync += [s_slot.eq(s_slot + 1), s_lead.eq(s_lead + 1)]
-                        set_more(s_open, (s_lead + 1 < slots)
+                        set_next(s_open, (s_lead + 1 < slots)
                                  & ~((s_h + 1 == H) & (s_rb == last_rb)))
                         with m.If(s_h + 1 == H):
                             m.d.sync += [s_h.eq(0), s_base.eq(0)]
@@ -1084,11 +1084,11 @@ class AttentionCore(wiring.Component):
                     with m.If(pv_more):
                         m.d.sync += [blk.eq(blk + 1), rem_cols.eq(rem_cols - C),
                                      v_word.eq(v_word + 1)]
-                        set_more(pv_more, blk + 1 != last_pv_blk)
+                        set_next(pv_more, blk + 1 != last_pv_blk)
                     with m.Else():
                         op_to(7)
                         m.d.sync += [pv_slot.eq(pv_slot + 1), s_lead.eq(s_lead - 1)]
-                        set_more(s_open, ~s_end)
+                        set_next(s_open, ~s_end)
                         m.d.comb += pv_ends.eq(1)
                         with m.If(pv_h + 1 == H):
                             m.d.sync += [pv_h.eq(0), pv_base.eq(0)]
