@@ -173,7 +173,15 @@ class Requantizer(wiring.Component):
         """Cycles from a value's issue (its row and parameters valid, no stall) to its output:
         ``acc + bias``, the product, the shift, the rounded and saturated result (the
         rounding and the saturation test a stage apart with :attr:`split_saturation`)."""
-        return 1 + self.product_stages + 2 + self.split_saturation
+        return 1 + self.product_stages + 2 + self.split_shift + self.split_saturation
+
+    @property
+    def split_shift(self) -> bool:
+        """With ``"ecp5_registered"`` the right shift by ``S - 1`` takes two stages (by its
+        multiple of four, then by the rest; one cycle more): the one-stage shifter over the
+        product's width, six levels of multiplexers, was the widest family of deep paths of
+        the 16x8 ULX3S netlist (436 flip-flops, 11.3 ns estimated by :mod:`boards.depth`)."""
+        return self.multiplier == "ecp5_registered"
 
     @property
     def split_saturation(self) -> bool:
@@ -236,11 +244,14 @@ class Requantizer(wiring.Component):
         # rounding) travel beside the product, which is ready at stage 1 + ps.
         shifts = [Signal(range(smax), name=f"shift{n}", reset_less=True)
                   for n in range(1, ps + 2)]
-        exacts = [Signal(name=f"exact{n}", reset_less=True) for n in range(1, ps + 3)]
+        exacts = [Signal(name=f"exact{n}", reset_less=True)
+                  for n in range(1, ps + 3 + self.split_shift)]
         prod = Signal(signed(pbits), reset_less=True)
         # Stage 2 + ps: t = x >> (S - 1) (and for half_even, whether bits below it were set);
         # stage 3 + ps: the rounded, saturated result (with `split_saturation`, stage 3 + ps the
-        # rounded value and the saturation flags, stage 4 + ps the result).
+        # rounded value and the saturation flags, stage 4 + ps the result). With
+        # `split_shift` t takes stages 2 + ps (by the multiple of four) and 3 + ps (the rest),
+        # and the later stages come a cycle later.
         work = pbits + 2
         t = Signal(signed(work), reset_less=True)
         sticky = Signal(reset_less=True)
@@ -260,10 +271,21 @@ class Requantizer(wiring.Component):
 
             wide = Signal(signed(work))
             m.d.comb += wide.eq(prod)
-            m.d.sync += t.eq(wide >> shifts[-1])
+            if self.split_shift:
+                coarse = Signal(signed(work), name="coarse", reset_less=True)
+                fine = Signal(2, name="fine", reset_less=True)
+                m.d.sync += [coarse.eq(wide >> Cat(Const(0, 2), shifts[-1][2:])),
+                             fine.eq(shifts[-1][:2]), t.eq(coarse >> fine)]
+            else:
+                m.d.sync += t.eq(wide >> shifts[-1])
             if self.rounding == "half_even":
                 below = Cat(*(shifts[-1] > n for n in range(work)))   # 2**(S-1) - 1
-                m.d.sync += sticky.eq((wide.as_unsigned() & below) != 0)
+                if self.split_shift:
+                    sticky1 = Signal(name="sticky1", reset_less=True)
+                    m.d.sync += [sticky1.eq((wide.as_unsigned() & below) != 0),
+                                 sticky.eq(sticky1)]
+                else:
+                    m.d.sync += sticky.eq((wide.as_unsigned() & below) != 0)
 
             # Last stage: q = t >> 1 rounded up by the half bit t[0]: always for half_up, for
             # half_even unless it is an exact tie (nothing below) and q is already even.
