@@ -57,7 +57,14 @@ from .lane_bank import LaneBank, LaneSerializer
 from .requant import Requantizer, sum_width
 from .softmax import Softmax
 from .systolic import SystolicArray
-from .target import KEEP_COPY, block_ram_attrs, is_ecp5, is_ice40, keep_copy_on_ecp5
+from .target import (
+    KEEP_COPY,
+    block_ram_attrs,
+    is_ecp5,
+    is_ice40,
+    keep_copy_on_ecp5,
+    one_hot_on_ecp5,
+)
 
 __all__ = ["AttentionCore", "COUNTERS"]
 
@@ -557,7 +564,7 @@ class AttentionCore(wiring.Component):
         lx_tok, lx_w = Signal(range(lmax + 1)), Signal(range(dmax))
         x_loaded = Signal()                # every token of X is taken from x_stream
 
-        with m.FSM(name="phase"):
+        with m.FSM(name="phase") as phase_fsm:
             with m.State("IDLE"):
                 m.d.comb += self.start.ready.eq(1)
                 with m.If(self.start.valid):
@@ -612,6 +619,8 @@ class AttentionCore(wiring.Component):
                 with m.If(out_done):
                     m.d.sync += [f.eq(0) for f in run_flags]
                     m.next = "IDLE"
+
+        one_hot_on_ecp5(phase_fsm, platform)
 
         # loads: memory writes
         # X loads from the start of a run, beside the constants (their streams are apart),

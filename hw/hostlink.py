@@ -59,7 +59,7 @@ from .bram import RegisteredMemory
 from .crc import crc16_next
 from .dsp import times_constant
 from .spram import SinglePortMemory, ecp5_slice_width, spram_blocks, spram_plan
-from .target import KEEP_COPY, is_ecp5
+from .target import KEEP_COPY, is_ecp5, one_hot_on_ecp5
 from .uart import rx_layout
 
 __all__ = ["HostLink", "region_signature", "connect_uart", "host_ports", "connect_host"]
@@ -600,7 +600,7 @@ class HostLink(wiring.Component):
         bad = {name: Signal(name=f"check_{name}") for name in checks}
         ident_len = len(self.ident)
 
-        with m.FSM():
+        with m.FSM() as fsm:
             # -- receive a frame ----------------------------------------------------------
             rx_states = ("HUNT", "CMD", "LEN0", "LEN1", "PAYLOAD", "CRC0", "CRC1", "DISCARD")
             with m.State("HUNT"):
@@ -837,6 +837,7 @@ class HostLink(wiring.Component):
                 send(crc_tx[8:], "R_CRC1", crc=False)
             with m.State("R_CRC1"):
                 send(crc_tx[:8], "HUNT", crc=False)
+        one_hot_on_ecp5(fsm, platform)
         return m
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from amaranth import Instance, Signal
 
 __all__ = ["device", "is_ice40", "is_ecp5", "block_ram_attrs", "KEEP_COPY",
-           "keep_copies_script", "keep_copy_on_ecp5", "global_reset"]
+           "keep_copies_script", "keep_copy_on_ecp5", "one_hot_on_ecp5", "global_reset"]
 
 #: Attribute of a signal whose flip-flops are one of several copies of the same value, each
 #: next to its own far-apart users (e.g. a read address registered at every bank). Identical
@@ -48,6 +48,20 @@ def keep_copy_on_ecp5(platform) -> dict:
     beside users spread over a large die) and nothing elsewhere (the iCE40 presets have no
     flip-flops to spare)."""
     return {KEEP_COPY: 1} if is_ecp5(platform) else {}
+
+
+def one_hot_on_ecp5(fsm, platform) -> None:
+    """On ECP5, ask Yosys to encode the state of ``fsm`` (the object of a finished ``with
+    m.FSM() as fsm:`` block) one-hot: each state's decode is then one flip-flop instead of a
+    comparison of the binary state. Yosys never recodes an Amaranth FSM by itself (its state
+    register has an initial value); with the ``fsm_encoding`` attribute it does, and drops that
+    value (it warns of it), so the domain must be reset before it runs: the board tops hold
+    ``sync`` in reset until the PLL locks. On the 16x8 ULX3S netlist the host link's deepest
+    paths lost a logic level (12.1 to 10.9 ns estimated, :mod:`boards.depth`), the core's
+    phase decodes 11.5 to 10.7, for 226 LUTs and 28 flip-flops. Nothing elsewhere (the
+    iCE40 presets have no cells to spare; Verilog for other flows keeps the binary state)."""
+    if is_ecp5(platform):
+        fsm.state.attrs["fsm_encoding"] = "one-hot"
 
 
 def global_reset(m, platform, reset, name: str):

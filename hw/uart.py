@@ -14,6 +14,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
+from .target import one_hot_on_ecp5
+
 __all__ = ["rx_layout", "uart_divisor", "UARTRx", "UARTTx", "UART", "MIN_DIVISOR"]
 
 #: Smallest clocks-per-bit the receiver samples reliably (synchronizer + mid-bit sampling).
@@ -106,7 +108,7 @@ class UARTRx(wiring.Component):
                              self.o_stream.payload.data.eq(shreg),
                              self.o_stream.payload.error.eq(~rx)]
 
-        with m.FSM():
+        with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(~rx):
                     m.d.sync += timer.eq(self.divisor // 2 - 1)
@@ -132,6 +134,7 @@ class UARTRx(wiring.Component):
             with m.State("BREAK"):
                 with m.If(rx):
                     m.next = "IDLE"
+        one_hot_on_ecp5(fsm, platform)
         return m
 
 
