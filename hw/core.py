@@ -458,21 +458,24 @@ class AttentionCore(wiring.Component):
 
         # ---- run arguments and derived counts ------------------------------------------
         args = Signal(run_args_layout(cfg))
-        L, D, H, d = args.seq_len, args.d_model, args.heads, args.head_dim
+        L, D, d = args.seq_len, args.d_model, args.head_dim
         # Counts derived from the arguments are registers loaded with them at `start` (they
         # stay fixed for the run), so that their adders do not lie in front of the loop
         # counters' comparisons (on the 8x4, the row blocks from `L` began the critical path).
         # The last row block and the last tile of a PV op are kept for equality comparisons (a
         # LUT tree) instead of `x + 1 < n` (an adder and a carry chain): on the 8x8 ULX3S
         # device `blk + 1 < wph` -> a PV op's end -> the softmax units' counters was the
-        # critical path.
+        # critical path. Every loop counter's end is such an equality (`pj_j == last_pv_blk`,
+        # not `pj_j + 1 == wph`: on the 16x8's netlist the adders and carry chains of those
+        # comparisons lay behind the issue, before `rem_cols`, `pj_base` and the counters).
         wph = Signal(range(dmax + 1), reset_less=True)      # words per head
         wpd = Signal(range(dmax + 1), reset_less=True)      # words per token of X / output
         last_w = Signal(range(dmax), reset_less=True)       # wpd - 1
         last_tok = Signal(range(lmax), reset_less=True)     # L - 1
         last_rb = Signal(range(lmax + 1), reset_less=True)  # row blocks - 1
         last_pv_blk = Signal(range(dmax + 1), reset_less=True)   # wph - 1
-        last_h = Signal(range(hmax), reset_less=True)            # H - 1 (early_phases)
+        last_h = Signal(range(hmax), reset_less=True)            # H - 1
+        last_d = Signal(range(dmax), reset_less=True)            # head_dim - 1
         # keys a padding mask leaves (at least one: a row with every key masked has
         # probabilities 0 whatever its length) and the row block of the last of them
         pad = Signal(range(lmax + 1), reset_less=True)
@@ -486,6 +489,7 @@ class AttentionCore(wiring.Component):
                     last_w.eq(words - 1), last_tok.eq(a.seq_len - 1),
                     last_rb.eq((a.seq_len - 1) >> lr),
                     last_pv_blk.eq((a.head_dim - 1) >> lc), last_h.eq(a.heads - 1),
+                    last_d.eq(a.head_dim - 1),
                     pad.eq(keys), pad_last_rb.eq((keys - 1) >> lr)]
 
         def key_bound(row_block):
@@ -579,9 +583,9 @@ class AttentionCore(wiring.Component):
                     with m.Switch(lp_stage):
                         with m.Case(0):
                             m.d.sync += lp_idx.eq(lp_idx + 1)
-                            with m.If(lp_j + 1 == wph):
+                            with m.If(lp_j == last_pv_blk):
                                 m.d.sync += lp_j.eq(0)
-                                with m.If(lp_h + 1 == H):
+                                with m.If(lp_h == last_h):
                                     m.d.sync += lp_h.eq(0)
                                     with m.If(lp_m == 2):
                                         m.d.sync += [lp_m.eq(0), lp_stage.eq(1)]
@@ -593,14 +597,14 @@ class AttentionCore(wiring.Component):
                                 m.d.sync += lp_j.eq(lp_j + 1)
                         with m.Case(1):
                             m.d.sync += lp_idx.eq(lp_idx + 1)
-                            with m.If(lp_j + 1 == wpd):
+                            with m.If(lp_j == last_w):
                                 m.d.sync += [lp_j.eq(0), lp_stage.eq(2)]
                             with m.Else():
                                 m.d.sync += lp_j.eq(lp_j + 1)
                         with m.Case(2):
                             m.d.sync += lp_half.eq(~lp_half)
                             with m.If(lp_half):
-                                with m.If(lp_h + 1 == H):
+                                with m.If(lp_h == last_h):
                                     m.d.sync += lp_h.eq(0)
                                     m.next = "PROJ"
                                 with m.Else():
@@ -656,7 +660,7 @@ class AttentionCore(wiring.Component):
         with m.If(x_take):
             with m.If(lx_w == last_w):
                 m.d.sync += [lx_w.eq(0), lx_tok.eq(lx_tok + 1)]
-                with m.If(lx_tok + 1 == L):
+                with m.If(lx_tok == last_tok):
                     m.d.sync += x_loaded.eq(1)
             with m.Else():
                 m.d.sync += lx_w.eq(lx_w + 1)
@@ -964,7 +968,8 @@ class AttentionCore(wiring.Component):
                 start_tile(0, D - 1, D == 1)
                 if pairs:
                     m.d.sync += [half.eq(0),
-                                 has_b.eq(~((pj_m == 2) & (pj_h + 1 == H) & (pj_j + 1 == wph))),
+                                 has_b.eq(~((pj_m == 2) & (pj_h == last_h)
+                                            & (pj_j == last_pv_blk))),
                                  pa_m.eq(pj_m), pa_h.eq(pj_h), pa_j.eq(pj_j),
                                  pa_base.eq(pj_base), pa_tile.eq(tile),
                                  pa_rem.eq(first_rem)]
@@ -1015,7 +1020,7 @@ class AttentionCore(wiring.Component):
                 m.d.sync += k_word.eq(k_word + 1)
             with m.If(cur_op == _OUT):
                 # channels of the concatenation run head by head
-                with m.If(ot_j + 1 == d):
+                with m.If(ot_j == last_d):
                     m.d.sync += [ot_j.eq(0), ot_h.eq(ot_h + 1), ot_base.eq(ot_base + wph),
                                  k_word.eq(ot_base + wph), k_lane.eq(0)]
                 with m.Else():
@@ -1030,9 +1035,9 @@ class AttentionCore(wiring.Component):
 
                     def next_proj_tile():
                         # next (matrix, head, block)
-                        with m.If(pj_j + 1 == wph):
+                        with m.If(pj_j == last_pv_blk):
                             m.d.sync += pj_j.eq(0)
-                            with m.If(pj_h + 1 == H):
+                            with m.If(pj_h == last_h):
                                 m.d.sync += [pj_h.eq(0), pj_base.eq(0)]
                                 with m.If(pj_m == 2):
                                     m.d.sync += proj_done.eq(1)
@@ -1048,7 +1053,7 @@ class AttentionCore(wiring.Component):
                             # the pair's second tile on the same row block (`has_b` only in a
                             # projection)
                             m.d.sync += [half.eq(1), tile.eq(tile + 1), k_word.eq(0),
-                                         rem_cols.eq(Mux(pj_j + 1 == wph, d, rem_cols - C))]
+                                         rem_cols.eq(Mux(pj_j == last_pv_blk, d, rem_cols - C))]
                             next_proj_tile()
                     with (m.Elif if pairs else m.If)(rb_more):
                         m.d.sync += [rb.eq(rb + 1), want_w.eq(0), rem_rows.eq(rem_rows - R),
@@ -1080,8 +1085,8 @@ class AttentionCore(wiring.Component):
                         op_to(7)
                         m.d.sync += [s_slot.eq(s_slot + 1), s_lead.eq(s_lead + 1)]
                         set_next(s_open, (s_lead + 1 < slots)
-                                 & ~((s_h + 1 == H) & (s_rb == last_rb)))
-                        with m.If(s_h + 1 == H):
+                                 & ~((s_h == last_h) & (s_rb == last_rb)))
+                        with m.If(s_h == last_h):
                             m.d.sync += [s_h.eq(0), s_base.eq(0)]
                             with m.If(s_rb == last_rb):
                                 m.d.sync += s_end.eq(1)
@@ -1099,7 +1104,7 @@ class AttentionCore(wiring.Component):
                         m.d.sync += [pv_slot.eq(pv_slot + 1), s_lead.eq(s_lead - 1)]
                         set_next(s_open, ~s_end)
                         m.d.comb += pv_ends.eq(1)
-                        with m.If(pv_h + 1 == H):
+                        with m.If(pv_h == last_h):
                             m.d.sync += [pv_h.eq(0), pv_base.eq(0)]
                             with m.If(pv_rb == last_rb):
                                 m.d.sync += [pv_end.eq(1), att_done.eq(1)]
@@ -1750,7 +1755,7 @@ class AttentionCore(wiring.Component):
         with m.Elif(block_start):
             m.d.sync += [blk_rb.eq(sm_rb), blk_slot.eq(sm_n[:slot_bits]), sm_n.eq(sm_n + 1),
                          sm_len.eq(key_bound(sm_rb))]
-            with m.If(sm_h + 1 == H):
+            with m.If(sm_h == last_h):
                 m.d.sync += [sm_h.eq(0), sm_rb.eq(sm_rb + 1)]
             with m.Else():
                 m.d.sync += sm_h.eq(sm_h + 1)
