@@ -1741,7 +1741,7 @@ class AttentionCore(wiring.Component):
         # streams its RU rows (all of them, also rows past L, whose probabilities PV ignores)
         # and writes the probabilities to the P banks of those rows.
         sm_n = Signal(count)                  # blocks started
-        sm_rb, sm_h = Signal(range(lmax + 1)), Signal(range(hmax))
+        sm_rb, sm_h = Signal(range(lmax + 1), name="sm_rb"), Signal(range(hmax), name="sm_h")
         blk_rb = Signal(range(lmax + 1))      # row block and slot of the block in flight
         blk_slot = Signal(slot_bits)
         sm_len = Signal(range(lmax + 1))      # its rows' length: the row block's key bound
@@ -1750,11 +1750,28 @@ class AttentionCore(wiring.Component):
         m.d.comb += idle.eq(~Cat(*busy).any())
         block_start = Signal()
         m.d.comb += block_start.eq(running & idle & phase_att & (s_drained > sm_n))
+        # With `feeder_claims` the block's key bound, less one and whether it is one are
+        # registers of `sm_rb`'s (`sm_kb*`), a cycle behind it: `sm_rb` moves at a block start
+        # and the next comes two cycles later at the earliest (every unit is busy in the
+        # cycle after one). The key bound's comparison and multiplexers before the units'
+        # `sm_j_last` were the deepest core paths of the 16x8's netlist (7 levels).
+        sm_kb, sm_kb_m1, sm_kb_one = key_bound(sm_rb), key_bound(sm_rb) - 1, key_bound(sm_rb) == 1
+        # the block's, at its start: its rows' length less one and whether it is one
+        sm_len_m1, sm_len_one = sm_len - 1, sm_len == 1
+        if self.feeder_claims:
+            regs = (Signal.like(sm_len, name="sm_kb"), Signal.like(sm_len, name="sm_kb_m1"),
+                    Signal(name="sm_kb_one"))
+            m.d.sync += [r.eq(v) for r, v in zip(regs, (sm_kb, sm_kb_m1, sm_kb_one))]
+            sm_kb, sm_kb_m1, sm_kb_one = regs
+            sm_len_m1 = Signal.like(sm_len, name="sm_len_m1")
+            sm_len_one = Signal(name="sm_len_one")
         with m.If(~running):
             m.d.sync += [sm_n.eq(0), sm_rb.eq(0), sm_h.eq(0), s_drained.eq(0)]
         with m.Elif(block_start):
             m.d.sync += [blk_rb.eq(sm_rb), blk_slot.eq(sm_n[:slot_bits]), sm_n.eq(sm_n + 1),
-                         sm_len.eq(key_bound(sm_rb))]
+                         sm_len.eq(sm_kb)]
+            if self.feeder_claims:
+                m.d.sync += [sm_len_m1.eq(sm_kb_m1), sm_len_one.eq(sm_kb_one)]
             with m.If(sm_h == last_h):
                 m.d.sync += [sm_h.eq(0), sm_rb.eq(sm_rb + 1)]
             with m.Else():
@@ -1795,17 +1812,19 @@ class AttentionCore(wiring.Component):
             m.d.comb += query.eq((blk_rb << lr) | (u * RU) | row)
             masked = Signal(name=f"sm_masked_{u}")
             m.d.comb += masked.eq((args.causal & (j > query)) | (j >= args.valid_len))
-            # the row's last score (`j` the last key): with `feeder_claims` a register set
-            # from the next `j` (the comparison of `j + 1` was on the units' slowest paths)
+            # the row's last score (`j` the last key): with `feeder_claims` a register, set
+            # from the keys left after `j` (`j_rem`, counting down; the comparison of `j + 1`
+            # was on the units' slowest paths, then that of `j + 2` behind the issue)
             j_last = j + 1 == sm_len
             if self.feeder_claims:
                 j_last = Signal(name=f"sm_j_last_{u}")
+                j_rem = Signal.like(sm_len, name=f"sm_j_rem_{u}")    # sm_len - 1 - j
             with m.If(~running_sm[u]):
                 m.d.sync += [busy[u].eq(0), j.eq(0), row.eq(0)]
             with m.Elif(block_start):
                 m.d.sync += busy[u].eq(1)
                 if self.feeder_claims:
-                    m.d.sync += j_last.eq(key_bound(sm_rb) == 1)
+                    m.d.sync += [j_last.eq(sm_kb_one), j_rem.eq(sm_kb_m1)]
             s_q = Signal(score_word, name=f"sm_word_{u}", reset_less=True)
             # with `registered_reads` the word passes one more register on its way, F1b: the
             # block RAM's output register (on the 8x8 ULX3S device nextpnr put `sm_word` beside
@@ -1826,13 +1845,13 @@ class AttentionCore(wiring.Component):
                 with m.If(j_last):
                     m.d.sync += [j.eq(0), row.eq(row + 1)]
                     if self.feeder_claims:
-                        m.d.sync += j_last.eq(sm_len == 1)
+                        m.d.sync += [j_last.eq(sm_len_one), j_rem.eq(sm_len_m1)]
                     with m.If(row == RU - 1):
                         m.d.sync += [row.eq(0), busy[u].eq(0)]
                 with m.Else():
                     m.d.sync += j.eq(j + 1)
                     if self.feeder_claims:
-                        m.d.sync += j_last.eq(j + 2 == sm_len)
+                        m.d.sync += [j_last.eq(j_rem == 1), j_rem.eq(j_rem - 1)]
             sm_in = softmax.i_stream.payload
             feed = Signal.like(sm_in, name=f"sm_feed_{u}")
             m.d.comb += [feed.score.eq(s_q[info2.lane]), feed.last.eq(info2.last)]
