@@ -1481,11 +1481,21 @@ class AttentionCore(wiring.Component):
                              unit.p_stream.payload.shift[i].eq(unit_params[g].shift[c]),
                              unit.p_stream.payload.bias[i].eq(unit_params[g].bias[c])]
 
+        # With C > 1 the rows wait in the results queue (`queued_results`, below); their routing
+        # then travels with them decoded (`route`): whether a valid row goes to the X/Q or K
+        # banks or out, and its serializer one-hot, so that the queue's output reaches the
+        # retire (the queue's read) through no decode of the op and no selection by the token
+        # (on the 16x8's netlist the results queue's output -> the serializers' ready -> the
+        # retire -> the queue's level was 7 levels).
+        queued_results = C > 1
+        route_layout = data.StructLayout({"to_xq": 1, "to_k": 1, "to_bank": 1, "is_out": 1,
+                                          "sel": self.serializers})
         ctrl_layout = data.StructLayout({
             "op": unsigned(2), "target": unsigned(2), "token": unsigned(_log2(lmax + R) + 1),
             "row": unsigned(max(1, lr)), "blk": desc_layout["blk"].shape,
             "hword": unsigned(wpt_bits), "slot": unsigned(slot_bits), "cols": unsigned(C),
             "run_last": unsigned(1), "op_end": unsigned(1), "valid": unsigned(1),
+            **({"route": route_layout} if queued_results else {}),
         })
         # Rows inside the requantizers: one enters every `per` cycles at most and leaves
         # `rq.latency` cycles later, so `in_flight` entries of the row queue (and of the results
@@ -1499,7 +1509,6 @@ class AttentionCore(wiring.Component):
         # the row queue and the constants sets crossed the die through that handshake to the
         # clock enable of the result register's 163 bits at the requantizers (13.3 ns). Only
         # where a requantizer takes a row in one cycle (one lane each).
-        queued_results = C > 1
         ready_ahead = self.feeder_claims and per == 1 and queued_results
         m.submodules.rows = rows_q = BlockRAMFIFO(width=ctrl_layout.size,
                                                   depth=in_flight + 2 * ready_ahead)
@@ -1558,6 +1567,21 @@ class AttentionCore(wiring.Component):
             row_in.valid.eq(row_in.token < L),
         ]
 
+        def routing(ctrl):
+            """A row's destination from its op, target, token and validity: the X/Q banks
+            (a projection's Q, a P.V row), the K banks (token mod C) or the output; the
+            serializer of its bank (`dest`, the bank: X/Q token mod R, K token mod C)."""
+            to_xq = ctrl.valid & (((ctrl.op == _PROJ) & (ctrl.target == 0)) | (ctrl.op == _PV))
+            to_k = ctrl.valid & (ctrl.op == _PROJ) & (ctrl.target == 1)
+            dest = Mux(to_k, ctrl.token[:lc], ctrl.token[:lr])
+            return to_xq, to_k, dest
+        if queued_results:
+            in_xq, in_k, in_dest = routing(row_in)
+            m.d.comb += [row_in.route.to_xq.eq(in_xq), row_in.route.to_k.eq(in_k),
+                         row_in.route.to_bank.eq(in_xq | in_k),
+                         row_in.route.is_out.eq(row_in.valid & (row_in.op == _OUT)),
+                         row_in.route.sel.eq(Mux(in_xq | in_k, 1 << in_dest[:ls], 0))]
+
         # gather the requantizer's values into rows (`res`, with its `ctrl`), clamp to the
         # stage's width
         res_layout = data.ArrayLayout(signed(rq_bits), C)
@@ -1608,24 +1632,27 @@ class AttentionCore(wiring.Component):
         token = ctrl.token
         valid_row = Signal()
         m.d.comb += valid_row.eq(ctrl.valid)
-        is_out = Signal()
-        m.d.comb += is_out.eq(ctrl.op == _OUT)
         # A row for the X/Q or K banks (`dest`: X/Q bank token mod R, K bank token mod C)
         # retires into that bank's serializer once that one is free.
         to_xq, to_k, to_bank, dest_free = Signal(), Signal(), Signal(), Signal()
+        out_row = Signal()          # a valid row of the output
         dest = Signal(range(max(R, C)))
+        sel = Signal(self.serializers)      # the row's serializer, one-hot (none: not a bank's)
+        readies = Cat(u.i_stream.ready for u in serializer)
+        if queued_results:
+            m.d.comb += [to_xq.eq(ctrl.route.to_xq), to_k.eq(ctrl.route.to_k),
+                         to_bank.eq(ctrl.route.to_bank), out_row.eq(ctrl.route.is_out),
+                         sel.eq(ctrl.route.sel), dest_free.eq((sel & readies).any())]
+        else:
+            r_xq, r_k, _ = routing(ctrl)
+            m.d.comb += [to_xq.eq(r_xq), to_k.eq(r_k), to_bank.eq(r_xq | r_k),
+                         out_row.eq(valid_row & (ctrl.op == _OUT)),
+                         sel.eq(Mux(to_bank, 1 << dest[:ls], 0)),
+                         dest_free.eq(readies.bit_select(dest[:ls], 1))]
+        m.d.comb += dest.eq(Mux(to_k, token[:lc], token[:lr]))
         m.d.comb += [
-            to_xq.eq(valid_row & (((ctrl.op == _PROJ) & (ctrl.target == 0))
-                                  | (ctrl.op == _PV))),
-            to_k.eq(valid_row & (ctrl.op == _PROJ) & (ctrl.target == 1)),
-            to_bank.eq(to_xq | to_k),
-            dest.eq(Mux(to_k, token[:lc], token[:lr])),
-            dest_free.eq(Cat(u.i_stream.ready for u in serializer).bit_select(dest[:ls], 1)),
-        ]
-        m.d.comb += [
-            self.o_stream.valid.eq(res_valid & is_out & valid_row),
-            retire.eq(res_valid & (~to_bank | dest_free)
-                      & (~is_out | ~valid_row | self.o_stream.ready)),
+            self.o_stream.valid.eq(res_valid & out_row),
+            retire.eq(res_valid & (~to_bank | dest_free) & (~out_row | self.o_stream.ready)),
             tile_retired.eq(retire & (ctrl.row == R - 1)),
             # (an equality with a register, not `token + 1 == L`: at seed 1 of the 16x8 with
             # the beat queue that adder's carry chain began the slowest path, from the results
@@ -1654,7 +1681,7 @@ class AttentionCore(wiring.Component):
                                            clamp(res[c], cfg.qkv_bits).as_signed()))
         for i, unit in enumerate(serializer):
             m.d.comb += [
-                unit.i_stream.valid.eq(res_valid & to_bank & (dest[:ls] == i)),
+                unit.i_stream.valid.eq(res_valid & sel[i]),
                 unit.i_stream.payload.word.eq(Mux(to_k, at(token >> lc, ctrl.hword), xq_word)),
                 unit.i_stream.payload.data.eq(bank_row),
                 unit.i_stream.payload.mask.eq(ctrl.cols),
