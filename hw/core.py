@@ -1609,9 +1609,16 @@ class AttentionCore(wiring.Component):
             m.d.comb += credit_next.eq(credit + into_rq - retire)
             m.d.sync += credit.eq(credit_next)
             if ready_ahead:
-                # the queue's inner level next cycle is at most its level now + 1
-                m.d.sync += rq_ready.eq((credit_next < res_depth) & cur_valid_next
-                                        & (rows_q.level + 1 < rows_q.depth - 1))
+                # the queue's inner level next cycle is at most its level now + 1. The credit
+                # count's next value against `res_depth` without its adder: the three
+                # comparisons of `credit` run beside the retire, which only selects one (on
+                # the 16x8's netlist the retire -> the adder -> the comparison -> `rq_ready`
+                # was the core's deepest path left, 7 levels)
+                room_next = Mux(into_rq & ~retire, credit < res_depth - 1,
+                                Mux(~into_rq & retire, credit < res_depth + 1,
+                                    credit < res_depth))
+                m.d.sync += rq_ready.eq(room_next & cur_valid_next
+                                        & (rows_q.level < rows_q.depth - 2))
             m.d.comb += [credit_ok.eq(credit < res_depth),
                          results.w_en.eq(row_out),
                          results.w_data.eq(Cat(row_vals, rows_q.r_data)),
