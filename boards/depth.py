@@ -172,8 +172,8 @@ def _top_module(netlist: dict, top: str | None) -> tuple[str, dict]:
         if top not in modules:
             raise ValueError(f"module {top!r} not in the netlist (it has {sorted(modules)})")
         return top, modules[top]
-    tops = [n for n, m in modules.items() if str(m.get("attributes", {}).get("top", "0"))
-            .strip("0") not in ("",)]
+    tops = [n for n, m in modules.items()
+            if str(m.get("attributes", {}).get("top", "0")).strip("0") != ""]
     if len(tops) != 1:
         # A flattened netlist of one module has it as its top.
         with_cells = [n for n, m in modules.items() if m.get("cells")]

@@ -1488,7 +1488,7 @@ class AttentionCore(wiring.Component):
         # (on the 16x8's netlist the results queue's output -> the serializers' ready -> the
         # retire -> the queue's level was 7 levels).
         queued_results = C > 1
-        route_layout = data.StructLayout({"to_xq": 1, "to_k": 1, "to_bank": 1, "is_out": 1,
+        route_layout = data.StructLayout({"to_k": 1, "to_bank": 1, "is_out": 1,
                                           "sel": self.serializers})
         ctrl_layout = data.StructLayout({
             "op": unsigned(2), "target": unsigned(2), "token": unsigned(_log2(lmax + R) + 1),
@@ -1567,20 +1567,21 @@ class AttentionCore(wiring.Component):
             row_in.valid.eq(row_in.token < L),
         ]
 
+        def dest_of(to_k, token):
+            """The bank of a row for the banks: K token mod C, X/Q token mod R."""
+            return Mux(to_k, token[:lc], token[:lr])
+
         def routing(ctrl):
-            """A row's destination from its op, target, token and validity: the X/Q banks
-            (a projection's Q, a P.V row), the K banks (token mod C) or the output; the
-            serializer of its bank (`dest`, the bank: X/Q token mod R, K token mod C)."""
+            """A row's destination (:data:`route_layout`) from its op, target, token and
+            validity: the X/Q banks (a projection's Q, a P.V row), the K banks or the output,
+            and for the banks the serializer of its bank, one-hot."""
             to_xq = ctrl.valid & (((ctrl.op == _PROJ) & (ctrl.target == 0)) | (ctrl.op == _PV))
             to_k = ctrl.valid & (ctrl.op == _PROJ) & (ctrl.target == 1)
-            dest = Mux(to_k, ctrl.token[:lc], ctrl.token[:lr])
-            return to_xq, to_k, dest
+            return {"to_k": to_k, "to_bank": to_xq | to_k,
+                    "is_out": ctrl.valid & (ctrl.op == _OUT),
+                    "sel": Mux(to_xq | to_k, 1 << dest_of(to_k, ctrl.token)[:ls], 0)}
         if queued_results:
-            in_xq, in_k, in_dest = routing(row_in)
-            m.d.comb += [row_in.route.to_xq.eq(in_xq), row_in.route.to_k.eq(in_k),
-                         row_in.route.to_bank.eq(in_xq | in_k),
-                         row_in.route.is_out.eq(row_in.valid & (row_in.op == _OUT)),
-                         row_in.route.sel.eq(Mux(in_xq | in_k, 1 << in_dest[:ls], 0))]
+            m.d.comb += [row_in.route[k].eq(v) for k, v in routing(row_in).items()]
 
         # gather the requantizer's values into rows (`res`, with its `ctrl`), clamp to the
         # stage's width
@@ -1641,22 +1642,16 @@ class AttentionCore(wiring.Component):
         m.d.comb += valid_row.eq(ctrl.valid)
         # A row for the X/Q or K banks (`dest`: X/Q bank token mod R, K bank token mod C)
         # retires into that bank's serializer once that one is free.
-        to_xq, to_k, to_bank, dest_free = Signal(), Signal(), Signal(), Signal()
-        out_row = Signal()          # a valid row of the output
-        dest = Signal(range(max(R, C)))
-        sel = Signal(self.serializers)      # the row's serializer, one-hot (none: not a bank's)
-        readies = Cat(u.i_stream.ready for u in serializer)
+        route = Signal(route_layout)
         if queued_results:
-            m.d.comb += [to_xq.eq(ctrl.route.to_xq), to_k.eq(ctrl.route.to_k),
-                         to_bank.eq(ctrl.route.to_bank), out_row.eq(ctrl.route.is_out),
-                         sel.eq(ctrl.route.sel), dest_free.eq((sel & readies).any())]
+            m.d.comb += route.eq(ctrl.route)
         else:
-            r_xq, r_k, _ = routing(ctrl)
-            m.d.comb += [to_xq.eq(r_xq), to_k.eq(r_k), to_bank.eq(r_xq | r_k),
-                         out_row.eq(valid_row & (ctrl.op == _OUT)),
-                         sel.eq(Mux(to_bank, 1 << dest[:ls], 0)),
-                         dest_free.eq(readies.bit_select(dest[:ls], 1))]
-        m.d.comb += dest.eq(Mux(to_k, token[:lc], token[:lr]))
+            m.d.comb += [route[k].eq(v) for k, v in routing(ctrl).items()]
+        to_k, to_bank, out_row, sel = route.to_k, route.to_bank, route.is_out, route.sel
+        dest = Signal(range(max(R, C)))
+        dest_free = Signal()
+        m.d.comb += [dest.eq(dest_of(to_k, token)),
+                     dest_free.eq((sel & Cat(u.i_stream.ready for u in serializer)).any())]
         m.d.comb += [
             self.o_stream.valid.eq(res_valid & out_row),
             retire.eq(res_valid & (~to_bank | dest_free) & (~out_row | self.o_stream.ready)),
@@ -1784,28 +1779,27 @@ class AttentionCore(wiring.Component):
         m.d.comb += idle.eq(~Cat(*busy).any())
         block_start = Signal()
         m.d.comb += block_start.eq(running & idle & phase_att & (s_drained > sm_n))
-        # With `feeder_claims` the block's key bound, less one and whether it is one are
-        # registers of `sm_rb`'s (`sm_kb*`), a cycle behind it: `sm_rb` moves at a block start
+        # With `feeder_claims` the block's key bound less one and whether it is one are
+        # registers of `sm_rb`'s (`sm_kb_*`), a cycle behind it: `sm_rb` moves at a block start
         # and the next comes two cycles later at the earliest (every unit is busy in the
         # cycle after one). The key bound's comparison and multiplexers before the units'
-        # `sm_j_last` were the deepest core paths of the 16x8's netlist (7 levels).
-        sm_kb, sm_kb_m1, sm_kb_one = key_bound(sm_rb), key_bound(sm_rb) - 1, key_bound(sm_rb) == 1
-        # the block's, at its start: its rows' length less one and whether it is one
-        sm_len_m1, sm_len_one = sm_len - 1, sm_len == 1
+        # `sm_j_last` were the deepest core paths of the 16x8's netlist (7 levels). At a
+        # block's start they become its rows' (`sm_len_*`), which the units count down with.
+        sm_kb = key_bound(sm_rb)
         if self.feeder_claims:
-            regs = (Signal.like(sm_len, name="sm_kb"), Signal.like(sm_len, name="sm_kb_m1"),
-                    Signal(name="sm_kb_one"))
-            m.d.sync += [r.eq(v) for r, v in zip(regs, (sm_kb, sm_kb_m1, sm_kb_one))]
-            sm_kb, sm_kb_m1, sm_kb_one = regs
+            sm_kb_m1 = Signal.like(sm_len, name="sm_kb_m1")
+            sm_kb_one = Signal(name="sm_kb_one")
+            m.d.sync += [sm_kb_m1.eq(sm_kb - 1), sm_kb_one.eq(sm_kb == 1)]
             sm_len_m1 = Signal.like(sm_len, name="sm_len_m1")
             sm_len_one = Signal(name="sm_len_one")
         with m.If(~running):
             m.d.sync += [sm_n.eq(0), sm_rb.eq(0), sm_h.eq(0), s_drained.eq(0)]
         with m.Elif(block_start):
-            m.d.sync += [blk_rb.eq(sm_rb), blk_slot.eq(sm_n[:slot_bits]), sm_n.eq(sm_n + 1),
-                         sm_len.eq(sm_kb)]
+            m.d.sync += [blk_rb.eq(sm_rb), blk_slot.eq(sm_n[:slot_bits]), sm_n.eq(sm_n + 1)]
             if self.feeder_claims:
                 m.d.sync += [sm_len_m1.eq(sm_kb_m1), sm_len_one.eq(sm_kb_one)]
+            else:
+                m.d.sync += sm_len.eq(sm_kb)
             with m.If(sm_h == last_h):
                 m.d.sync += [sm_h.eq(0), sm_rb.eq(sm_rb + 1)]
             with m.Else():
