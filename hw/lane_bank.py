@@ -21,7 +21,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .target import KEEP_COPY
+from .target import KEEP_COPY, keep_copy_on_ecp5
 
 __all__ = ["LaneBank", "LaneSerializer", "row_layout"]
 
@@ -84,8 +84,9 @@ class LaneBank(wiring.Component):
         With ``ready_registered`` and a queue: a row taken from ``w_stream`` goes to a register
         at the bank first and into the queue a cycle later (the queue is a row deeper for it,
         and ``idle`` counts the row in the register). A writer that serves many banks then
-        drives flip-flops at each bank, not the queue's write enable and fill level. Default
-        off.
+        drives flip-flops at each bank, not the queue's write enable and fill level. On ECP5
+        that register is :data:`~hw.target.KEEP_COPY`: banks fed the same rows keep one each
+        (merged, one register wrote every bank's queue across the die). Default off.
 
     Members
     -------
@@ -236,7 +237,9 @@ class LaneBank(wiring.Component):
             m.d.comb += [taken.eq(self.w_stream.valid), self.w_stream.ready.eq(queue.w_rdy)]
         in_flight = 0
         if self.w_registered:
-            entry_r = Signal(entry_layout, reset_less=True)
+            # (one per bank on ECP5: merged, the X/Q banks' shared register was the 16x8
+            # ULX3S device's slowest path at 8c44df6, seed 1, a 10.5 ns wire to a far bank)
+            entry_r = Signal(entry_layout, reset_less=True, attrs=keep_copy_on_ecp5(platform))
             in_flight = Signal()
             m.d.sync += [entry_r.eq(entry), in_flight.eq(taken)]
             m.d.comb += [queue.w_data.eq(entry_r), queue.w_en.eq(in_flight)]

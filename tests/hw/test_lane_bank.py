@@ -6,7 +6,7 @@ turns rows into the lane writes of the direct port, in order, a lane a cycle."""
 import random
 
 import pytest
-from amaranth import Module, Signal, signed
+from amaranth import Elaboratable, Module, Signal, signed
 
 from hw.lane_bank import LaneBank, LaneSerializer
 from sim.amaranth_sim import run_simulation
@@ -364,3 +364,41 @@ def test_d_pending_register_kept(yosys, tmp_path):
     text = rtlil.convert(bank, name="bank")
     assert ecp5_flops(yosys, tmp_path, text, "bank", keep=False, nets="d_en_r|d_pending_r") == 1
     assert ecp5_flops(yosys, tmp_path, text, "bank", keep=True, nets="d_en_r|d_pending_r") == 2
+
+
+class _TwoBanks(Elaboratable):
+    """Two registered-entry banks written the same rows (as the core's X/Q banks are)."""
+
+    def __init__(self):
+        self.banks = [LaneBank(lanes=2, shape=signed(8), words=8, queue_depth=2,
+                               ready_registered=True, w_registered=True) for _ in range(2)]
+        self.row = Signal(self.banks[0].w_stream.payload.shape())
+        self.valid = Signal(2)
+
+    def elaborate(self, platform):
+        m = Module()
+        for i, bank in enumerate(self.banks):
+            m.submodules[f"bank{i}"] = bank
+            m.d.comb += [bank.w_stream.payload.eq(self.row),
+                         bank.w_stream.valid.eq(self.valid[i])]
+        return m
+
+
+@pytest.mark.parametrize("family", ["ecp5", "ice40"])
+def test_entry_register_kept_per_bank_on_ecp5(yosys, tmp_path, family):
+    """Banks written the same rows keep an entry register each through Yosys's ECP5 synthesis
+    with :func:`hw.target.keep_copies_script` when elaborated for ECP5 (Yosys merges them
+    otherwise, and one register then writes every bank's queue); for iCE40 they are merged."""
+    from amaranth.back import rtlil
+
+    from tests.hw.ecp5_synth import ecp5_flops
+
+    top = _TwoBanks()
+    platform = type("Platform", (), {"family": family, "device": ""})()
+    reads = [port for bank in top.banks for port in (bank.r_addr, bank.r_en, bank.r_data)]
+    text = rtlil.convert(top, name="top", platform=platform,
+                         ports=[top.row.as_value(), top.valid, *reads])
+    single = ecp5_flops(yosys, tmp_path, text, "top", keep=True, nets=r".*bank0\.entry_r.*")
+    both = ecp5_flops(yosys, tmp_path, text, "top", keep=True, nets=r".*bank\d\.entry_r.*")
+    assert single > 0
+    assert both == (2 * single if family == "ecp5" else single), (family, single, both)
