@@ -1745,9 +1745,9 @@ class AttentionCore(wiring.Component):
                          port.en.eq(Mux(v_wr, ctrl.cols, 0))]
         # With `registered_reads` the score writes reach the block RAMs from registers (on
         # the 8x8 ULX3S device the writer's retire -> a score block RAM's write enable crossed
-        # the die, 11.5 ns). A block's last word then lands the cycle after `s_drained`
-        # counts it: a unit starts the block the cycle after that at the earliest and reads
-        # its first word a cycle later still.
+        # the die, 11.5 ns), each unit's kept on ECP5. A block's last word then lands the
+        # cycle after `s_drained` counts it: a unit starts the block the cycle after that at
+        # the earliest and reads its first word a cycle later still.
         s_written = Signal()
         m.d.comb += s_written.eq(retire & (ctrl.op == _S) & ctrl.op_end)
         s_domain = m.d.sync if self.registered_reads else m.d.comb
@@ -1755,6 +1755,10 @@ class AttentionCore(wiring.Component):
             if self.registered_reads:
                 s_wr = s_mem[u]
                 s_wr_addr, s_wr_data, s_wr_en = s_wr.w_addr, s_wr.w_data, s_wr.w_en
+                # every unit's copy of the address and the word (not one register merged
+                # by Yosys, which wrote all U score memories across the die)
+                for port in (s_wr_addr, s_wr_data):
+                    port.attrs.update(keep)
             else:
                 s_wr = s_mem[u].write_port()
                 s_wr_addr, s_wr_data, s_wr_en = s_wr.addr, s_wr.data, s_wr.en

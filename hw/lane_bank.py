@@ -64,7 +64,9 @@ class LaneBank(wiring.Component):
     attrs : dict or None
         Attributes of the memory (e.g. ``ram_style``).
     d_registered : bool
-        Register the direct writes at the bank (default); otherwise they land in their cycle.
+        Register the direct writes at the bank (default; on ECP5 the address and data
+        registers are :data:`~hw.target.KEEP_COPY`, one set per bank even where several banks
+        share a bus); otherwise they land in their cycle.
     ready_registered : bool
         ``w_stream.ready`` comes from a register (with ``lanes > 1``): it says the queue held
         fewer than ``queue_depth`` rows in the last cycle, so it has room for one in this one.
@@ -154,7 +156,10 @@ class LaneBank(wiring.Component):
         # direct writes (registered) first; the queue's writes (below) only in cycles without
         d_addr, d_data, d_en = self.d_addr, self.d_data, self.d_en
         if self.d_registered:
-            d_addr, d_data = (Signal.like(s, name=s.name + "_r", reset_less=True)
+            # (kept on ECP5: the banks on one serializer's bus see the same address and data,
+            # and Yosys would merge their registers into one that writes all of them)
+            d_addr, d_data = (Signal.like(s, name=s.name + "_r", reset_less=True,
+                                          attrs=keep_copy_on_ecp5(platform))
                               for s in (self.d_addr, self.d_data))
             d_en = Signal.like(self.d_en, name="d_en_r", attrs={KEEP_COPY: 1})
             m.d.sync += [d_addr.eq(self.d_addr), d_data.eq(self.d_data), d_en.eq(self.d_en)]
