@@ -800,7 +800,10 @@ def build_top(top, *, family: str, name: str, clock_mhz: float | None = None,
         (build_dir / stale).unlink(missing_ok=True)
 
     synth = _dsp_opts(family, dsp, synth_opts)
-    pnr = f"--seed {seed} --timing-allow-fail --report {name}.report.json {nextpnr_opts}".strip()
+    # (--detailed-timing-report: the report also holds every timing endpoint's latest
+    # arrival, which boards.slack ranks)
+    pnr = (f"--seed {seed} --timing-allow-fail --report {name}.report.json "
+           f"--detailed-timing-report {nextpnr_opts}").strip()
     start = time.monotonic()
     plan = platform.prepare(top, name, synth_opts=synth, nextpnr_opts=pnr,
                             script_after_read=keep_copies_script(),
