@@ -451,6 +451,9 @@ class HostLink(wiring.Component):
         cmd = Signal(8)
         length = Signal(16)
         idx = Signal(range(self.max_payload + 1))
+        # payload bytes after the one being received: the last is the one at 0 (a zero test,
+        # not `idx + 1 == length`'s adder and comparison before the state)
+        rx_left = Signal(range(self.max_payload + 1))
         head_bytes = max(WRITE_HEADER, READ_PAYLOAD, RUN_ARGS_OFFSET + run_arg_bytes(
             self.run_bits))
         head = Signal(8 * head_bytes)
@@ -537,8 +540,11 @@ class HostLink(wiring.Component):
                 m.d.sync += [r_len.eq(0), words_left.eq(0)]
             m.next = "R_SYNC"
 
-        take = Signal()
-        m.d.comb += take.eq(i_stream.valid & i_stream.ready)
+        # A byte is taken in the receive states, each of which is ready for one: there `valid`
+        # alone says it is taken (the state decode stays out of the enables of `head`, the
+        # state and the CRC; on the 16x8 ULX3S netlist `fsm_state -> take -> head` was the
+        # link's deepest family, 6 to 7 levels).
+        take = i_stream.valid
         byte = i_stream.payload.data
 
         # Per-region constants for the request in ``head`` (WRITE and READ put the region
@@ -626,8 +632,9 @@ class HostLink(wiring.Component):
                                 m.d.sync += length[:8].eq(byte)
                                 m.next = "LEN1"
                             elif state == "LEN1":
-                                m.d.sync += [length[8:].eq(byte), idx.eq(0)]
                                 full = Cat(length[:8], byte)
+                                m.d.sync += [length[8:].eq(byte), idx.eq(0),
+                                             rx_left.eq(full - 1)]
                                 with m.If(full > self.max_payload):
                                     m.d.sync += pending.eq(Status.BAD_LENGTH)
                                     m.next = "DISCARD"
@@ -642,8 +649,8 @@ class HostLink(wiring.Component):
                                     for i in range(head_bytes):
                                         with m.Case(i):
                                             m.d.sync += head[8 * i:8 * i + 8].eq(byte)
-                                m.d.sync += idx.eq(idx + 1)
-                                with m.If(idx + 1 == length):
+                                m.d.sync += [idx.eq(idx + 1), rx_left.eq(rx_left - 1)]
+                                with m.If(rx_left == 0):
                                     m.next = "CRC0"
                             elif state == "CRC0":
                                 # The CRC is sent high byte first: compare it byte by byte
