@@ -541,12 +541,15 @@ class AttentionCore(wiring.Component):
         # retires rows in order and the projections' V tiles come last, so once a V row
         # retired (`v_retired`) no Q or K row is left to retire, and `banks_written` then says
         # they all landed (V rows do not go to the banks).
-        v_retired, qk_written = Signal(), Signal()
+        v_retired = Signal()
+        qk_written = Signal()
         # every X row queued at the X/Q banks is in them (a row is in a bank's queue from the
         # cycle after it is taken), and so is every row the writer retired (its serializer is
         # done and the bank's registered write landed)
         # (`banks_written` from a register with `feeder_claims`: see the writer below)
-        banks_idle, banks_now, banks_written = Signal(), Signal(), Signal()
+        banks_idle = Signal()
+        banks_now = Signal()
+        banks_written = Signal()
         m.d.comb += [banks_idle.eq(Cat(bank.idle for bank in xq_bank).all()),
                      banks_now.eq(banks_idle
                                   & Cat(u.i_stream.ready for u in serializer).all()
@@ -561,11 +564,14 @@ class AttentionCore(wiring.Component):
         out_issued = Signal()      # every output tile issued
 
         # loading counters
-        lp_m, lp_h, lp_j = Signal(range(3)), Signal(range(hmax)), Signal(range(dmax))
+        lp_m = Signal(range(3))
+        lp_h = Signal(range(hmax))
+        lp_j = Signal(range(dmax))
         lp_stage = Signal(range(3))        # 0 projection tiles, 1 output tiles, 2 heads
         lp_idx = Signal(range(self.max_tiles))
         lp_half = Signal()                 # head params: score (0) / P.V (1)
-        lx_tok, lx_w = Signal(range(lmax + 1)), Signal(range(dmax))
+        lx_tok = Signal(range(lmax + 1))
+        lx_w = Signal(range(dmax))
         x_loaded = Signal()                # every token of X is taken from x_stream
 
         with m.FSM(name="phase") as phase_fsm:
@@ -703,7 +709,8 @@ class AttentionCore(wiring.Component):
         # the stages' enable to the weights' source (14.9 ns); behind a queue of LUT RAM
         # that the array took from first (`hw.fifo.credit_queue`), from the queue's `last`
         # through `ready` to the other lanes' read pointers (15.1 ns).
-        f1_valid, f2_valid = Signal(), Signal()
+        f1_valid = Signal()
+        f2_valid = Signal()
         adv = Signal()
         feed_room = Signal(init=1)
         if self.feeder_claims:
@@ -780,12 +787,15 @@ class AttentionCore(wiring.Component):
         v_word = Signal(wpt_bits + 1)          # PV: the V word of the op's column block
 
         # projection loop (matrix, head, block) and its head base word
-        pj_m, pj_h, pj_j = Signal(range(3)), Signal(range(hmax)), Signal(range(dmax + 1))
+        pj_m = Signal(range(3))
+        pj_h = Signal(range(hmax))
+        pj_j = Signal(range(dmax + 1))
         pj_base = Signal(wpt_bits + 1)
         # with `paired_tiles`: the pair's tile running (`half`: 0 the first, 1 the second),
         # whether the pair has a second (`has_b`: not after the last tile), and the first
         # tile's counters, taken again at the next row block
-        half, has_b = Signal(), Signal()
+        half = Signal()
+        has_b = Signal()
         pa_m, pa_h, pa_j, pa_base = (Signal.like(v, name=f"pa_{v.name[3:]}")
                                      for v in (pj_m, pj_h, pj_j, pj_base))
         pa_tile, pa_rem = Signal.like(tile, name="pa_tile"), Signal.like(rem_cols, name="pa_rem")
@@ -793,11 +803,16 @@ class AttentionCore(wiring.Component):
         # slot (of the score and P memories) of the op: S(n) and PV(n) use slot n mod `slots`
         # (score blocks, one per row block and head, are counted in `count` signals)
         count = range(_ceil_div(lmax, R) * hmax + 1)
-        s_rb, s_h, s_base, s_slot = (Signal(range(lmax + 1)), Signal(range(hmax)),
-                                     Signal(wpt_bits + 1), Signal(slot_bits))
-        pv_rb, pv_h, pv_base, pv_slot = (Signal(range(lmax + 1)), Signal(range(hmax)),
-                                         Signal(wpt_bits + 1), Signal(slot_bits))
-        s_end, pv_end = Signal(), Signal()
+        s_rb = Signal(range(lmax + 1))
+        s_h = Signal(range(hmax))
+        s_base = Signal(wpt_bits + 1)
+        s_slot = Signal(slot_bits)
+        pv_rb = Signal(range(lmax + 1))
+        pv_h = Signal(range(hmax))
+        pv_base = Signal(wpt_bits + 1)
+        pv_slot = Signal(slot_bits)
+        s_end = Signal()
+        pv_end = Signal()
         # key blocks of the S op's row block: from the row block counter a cycle before, which
         # never moved in the cycle before an op starts (an op ends, the next starts a cycle
         # later), so it holds from its first beat
@@ -852,7 +867,9 @@ class AttentionCore(wiring.Component):
         m.d.comb += sm_ready.eq(sm_written)
         # output loop
         ot_cb = Signal(range(dmax + 1))
-        ot_h, ot_j, ot_base = Signal(range(hmax)), Signal(range(dmax + 1)), Signal(wpt_bits + 1)
+        ot_h = Signal(range(hmax))
+        ot_j = Signal(range(dmax + 1))
+        ot_base = Signal(wpt_bits + 1)
 
         with m.If(~running):
             op_to(7)
@@ -875,7 +892,8 @@ class AttentionCore(wiring.Component):
         #   the descriptor pushed since (at most one a cycle) leaves the room needed.
         #   With C > 1 a token is in once its bank wrote its last word (`x_tokens`), and all
         #   of X once the banks are idle after the last word was taken (`x_in`).
-        x_ready, desc_room = Signal(), Signal()
+        x_ready = Signal()
+        desc_room = Signal()
         if C == 1:
             block_in = lx_tok >= ((rb + 1) << lr)
             x_in = x_loaded
@@ -1238,7 +1256,8 @@ class AttentionCore(wiring.Component):
             m.d.sync += [fi_valid.eq(pop), f2_valid.eq(f1_valid)]
         # the beat's fields: with `feeder_claims` (stages that never stop) loaded every cycle,
         # the valid flag says whether they are a beat's, so the issue drives no enable of theirs
-        load_fields, load_w = Signal(), Signal()
+        load_fields = Signal()
+        load_w = Signal()
         if self.feeder_claims:
             m.d.comb += [load_fields.eq(1), load_w.eq(1)]
         else:
@@ -1529,7 +1548,8 @@ class AttentionCore(wiring.Component):
         # (the constants' read enable, `cur`), the critical path of both the 8x8 and the 16x8
         # devices (11.7 and 17.1 ns).
         result = Signal(array.o_stream.payload.shape())
-        result_valid, take_result = Signal(), Signal()
+        result_valid = Signal()
+        take_result = Signal()
         if ready_ahead:
             # (`rq_ready` implies the constants are there: the requantizers take the row)
             rq_ready = Signal(name="rq_ready")
@@ -1590,7 +1610,8 @@ class AttentionCore(wiring.Component):
         gathered = Signal(res_layout)
         res_valid = Signal()
         retire = Signal()
-        took_v, row_out = Signal(), Signal()
+        took_v = Signal()
+        row_out = Signal()
         m.d.comb += [took_v.eq(rq.o_stream.valid & rq.o_stream.ready),
                      row_out.eq(took_v & (lane == per - 1)),
                      rows_q.r_en.eq(row_out)]
@@ -1629,7 +1650,8 @@ class AttentionCore(wiring.Component):
             for unit in rqs:
                 m.d.comb += unit.o_stream.ready.eq(1)
         else:
-            res, ctrl = Signal(res_layout), Signal(ctrl_layout)
+            res = Signal(res_layout)
+            ctrl = Signal(ctrl_layout)
             for unit in rqs:
                 m.d.comb += unit.o_stream.ready.eq(~res_valid | retire)
             with m.If(retire):
@@ -1979,13 +2001,18 @@ class AttentionCore(wiring.Component):
         descs = [Signal(desc_layout, name=f"params_desc_{s}") for s in (0, 1)]
         busy = [Signal(name=f"params_busy_{s}") for s in (0, 1)]  # taken, not yet freed
         full = [Signal(name=f"params_full_{s}") for s in (0, 1)]  # loaded, not yet freed
-        fill, sel = Signal(), Signal()
+        fill = Signal()
+        sel = Signal()
         m.d.comb += take_desc.eq(desc_ready & ~Mux(fill, busy[1], busy[0]))
 
         # `read`: the memories read the taken descriptor's constants (their addresses were
         # registered at the take); `got`: what they read is at their outputs
-        read, read_desc, read_set = Signal(), Signal(desc_layout), Signal()
-        got, got_desc, got_set = Signal(), Signal(desc_layout), Signal()
+        read = Signal()
+        read_desc = Signal(desc_layout)
+        read_set = Signal()
+        got = Signal()
+        got_desc = Signal(desc_layout)
+        got_set = Signal()
         staged = Signal(param_layout(cfg), reset_less=True)
         staged_desc = Signal(desc_layout)
         # `load[s]`: `staged` goes to set s, a register of its own that enables every
@@ -2016,7 +2043,9 @@ class AttentionCore(wiring.Component):
             value = Signal(param_layout(cfg), name=f"params_used_{g}")
             m.d.comb += value.eq(Mux(copy, sets[1], sets[0]))
             unit_params.append(value)
-        cur, cur_valid, cur_valid_next = Signal(desc_layout), Signal(), Signal()
+        cur = Signal(desc_layout)
+        cur_valid = Signal()
+        cur_valid_next = Signal()
         m.d.comb += [cur.eq(Mux(sel, descs[1], descs[0])),
                      cur_valid.eq(Mux(sel, full[1], full[0]))]
         # next cycle's `cur_valid`, as the statements above will make it

@@ -234,7 +234,8 @@ class RegionReader(wiring.Component):
             # it filled.
             out = Signal(spec.beat_bits, reset_less=True)
             out_valid = Signal()
-            w_data, w_en = Signal(spec.beat_bits), Signal()
+            w_data = Signal(spec.beat_bits)
+            w_en = Signal()
             last_in_flight = Cat(valid & (p == k - 1) for valid, p, _ in stages[:-1]).any()
             m.d.comb += [issue.eq(more & ((issue_part != k - 1)
                                           | ~(out_valid | w_en | last_in_flight))),

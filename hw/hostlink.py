@@ -569,7 +569,8 @@ class HostLink(wiring.Component):
         m.d.comb += [sel.eq(Mux(is_read, r_region, w_region)),
                      count.eq(Mux(is_read, r_count, w_count)),
                      addr.eq(Mux(is_read, r_addr, w_addr))]
-        ok_w, ok_r = Signal(), Signal()
+        ok_w = Signal()
+        ok_r = Signal()
         depth = Signal(17)
         nb = Signal(4)                       # bytes per word of the region
         with m.Switch(sel):
@@ -587,7 +588,9 @@ class HostLink(wiring.Component):
         # The region's word size, depth and the request's byte count are registered in state
         # SIZE, the checks on them in DECODE, so that EXEC only combines flags and no path
         # runs from the region lookup through the byte count to a compare.
-        nb_q, depth_q, nbytes_q = Signal.like(nb), Signal.like(depth), Signal.like(nbytes)
+        nb_q = Signal.like(nb)
+        depth_q = Signal.like(depth)
+        nbytes_q = Signal.like(nbytes)
         run_length = RUN_ARGS_OFFSET + run_arg_bytes(self.run_bits)
         checks = {
             "w_short": length < WRITE_HEADER,

@@ -309,7 +309,8 @@ class LaneSerializer(wiring.Component):
         # (only `mask` has a reset: the rest means nothing while it is 0)
         values = Signal(data.ArrayLayout(self.shape, lanes), reset_less=True)
         mask = Signal(lanes)
-        word, lane = Signal.like(row.word, reset_less=True), Signal(ll, reset_less=True)
+        word = Signal.like(row.word, reset_less=True)
+        lane = Signal(ll, reset_less=True)
         tag = Signal.like(self.tag, reset_less=True)
         m.d.comb += [self.i_stream.ready.eq(mask == 0),
                      self.addr.eq(Cat(lane, word)), self.data.eq(values[0]),

@@ -304,14 +304,16 @@ class Requantizer(wiring.Component):
             # Saturation: whether q + up leaves [lo, hi], from q and up (up is 0 or 1), so the
             # comparisons run beside the rounding adder, not after it (on the 8x8 ULX3S device
             # adder then comparison was the critical path, 11.0 ns).
-            over, under = Signal(), Signal()
+            over = Signal()
+            under = Signal()
             m.d.comb += [
                 over.eq(Mux(exacts[-1], t > hi, (q > hi) | ((q == hi) & up))),
                 under.eq(Mux(exacts[-1], t < lo, (q < lo - 1) | ((q == lo - 1) & ~up))),
             ]
             if self.split_saturation:
                 rounded_r = Signal(signed(ob), reset_less=True)
-                over_r, under_r = Signal(reset_less=True), Signal(reset_less=True)
+                over_r = Signal(reset_less=True)
+                under_r = Signal(reset_less=True)
                 m.d.sync += [rounded_r.eq(rounded), over_r.eq(over), under_r.eq(under)]
                 rounded, over, under = rounded_r, over_r, under_r
             m.d.sync += out.eq(Mux(over, hi, Mux(under, lo, rounded)))

@@ -194,8 +194,10 @@ class Softmax(wiring.Component):
         # Each count has a registered "room" flag (count below capacity), computed from the
         # count's next value, so that no issue decision waits on a comparison. Entries are
         # counted when reserved and freed one cycle after their consumer is done with them.
-        scores_room, exps_room = Signal(init=1), Signal(init=1)
-        sums_room, maxima_room = Signal(init=1), Signal(init=1)
+        scores_room = Signal(init=1)
+        exps_room = Signal(init=1)
+        sums_room = Signal(init=1)
+        maxima_room = Signal(init=1)
 
         # -- stage 1: ingest, row maximum ----------------------------------------------------
         # A taken element is registered, then written to the score buffer and folded into
@@ -209,7 +211,8 @@ class Softmax(wiring.Component):
             i_stream.ready.eq(scores_room & maxima_room),
             in_take.eq(i_stream.valid & i_stream.ready),
         ]
-        r_valid, r_last = Signal(), Signal()
+        r_valid = Signal()
+        r_last = Signal()
         r_entry = Signal(entry_bits, reset_less=True)
         # The score as an offset-binary key (sign bit flipped: unsigned order = signed order),
         # or 0 (the minimum) if masked; unsigned compares map straight onto carry chains.
@@ -285,15 +288,18 @@ class Softmax(wiring.Component):
             score_r = scores.read_port(transparent_for=())
             m.d.comb += score_r.addr.eq(ex_ptr)
             m.d.sync += e2_entry.eq(score_r.data)
-        e1_valid, e1_last = Signal(), Signal()
+        e1_valid = Signal()
+        e1_last = Signal()
         e1_max = Signal(signed(sb), reset_less=True)
         m.d.sync += [e1_valid.eq(ex_issue), e1_last.eq(ex_last), e1_max.eq(ex_max)]
 
-        e2_valid, e2_last = Signal(), Signal()
+        e2_valid = Signal()
+        e2_last = Signal()
         e2_max = Signal(signed(sb), reset_less=True)
         m.d.sync += [e2_valid.eq(e1_valid), e2_last.eq(e1_last), e2_max.eq(e1_max)]
 
-        e3_valid, e3_last = Signal(), Signal()
+        e3_valid = Signal()
+        e3_last = Signal()
         e3_masked = Signal(reset_less=True)
         e3_diff = Signal(sb, reset_less=True)
         m.d.sync += [
@@ -321,20 +327,23 @@ class Softmax(wiring.Component):
                 e3_shift.eq(0),
             ]
 
-        e4_valid, e4_last = Signal(), Signal()
+        e4_valid = Signal()
+        e4_last = Signal()
         e4_zero = Signal(reset_less=True)
         e4_shift = Signal(shift_width, reset_less=True)
         m.d.sync += [e4_valid.eq(e3_valid), e4_last.eq(e3_last), e4_zero.eq(e3_zero),
                      e4_shift.eq(e3_shift)]
 
-        e5_valid, e5_last = Signal(), Signal()
+        e5_valid = Signal()
+        e5_last = Signal()
         e5_zero = Signal(reset_less=True)
         e5_shift = Signal(shift_width, reset_less=True)
         e5_word = Signal(eb, reset_less=True)
         m.d.sync += [e5_valid.eq(e4_valid), e5_last.eq(e4_last), e5_zero.eq(e4_zero),
                      e5_shift.eq(e4_shift), e5_word.eq(table_r.data)]
 
-        e6_valid, e6_last = Signal(), Signal()
+        e6_valid = Signal()
+        e6_last = Signal()
         e6_exp = Signal(eb, reset_less=True)
         m.d.sync += [e6_valid.eq(e5_valid), e6_last.eq(e5_last),
                      e6_exp.eq(Mux(e5_zero, 0, e5_word >> e5_shift))]
@@ -393,16 +402,20 @@ class Softmax(wiring.Component):
         # n1: exponent read; n2: exponent registered; n3: sum // 2 - e; n4: dividend
         # e * (2**pb - 1) + sum // 2 = (e << pb) + (sum // 2 - e), one carry chain per stage and
         # no multiplier; then the divider.
-        n1_valid, n1_last = Signal(), Signal()
+        n1_valid = Signal()
+        n1_last = Signal()
         n1_sum = Signal(sumb, reset_less=True)
-        n2_valid, n2_last = Signal(), Signal()
+        n2_valid = Signal()
+        n2_last = Signal()
         n2_sum = Signal(sumb, reset_less=True)
         n2_exp = Signal(eb, reset_less=True)
-        n3_valid, n3_last = Signal(), Signal()
+        n3_valid = Signal()
+        n3_last = Signal()
         n3_sum = Signal(sumb, reset_less=True)
         n3_exp = Signal(eb, reset_less=True)
         n3_rest = Signal(signed(max(sumb, eb) + 1), reset_less=True)
-        n4_valid, n4_last = Signal(), Signal()
+        n4_valid = Signal()
+        n4_last = Signal()
         n4_sum = Signal(sumb, reset_less=True)
         n4_dividend = Signal(sumb + pb, reset_less=True)
         with m.If(advance):
