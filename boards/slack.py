@@ -8,6 +8,12 @@ ranks those endpoints and their register families (named as :mod:`boards.depth` 
 against clock frequencies: how many endpoints, and which families, miss 90, 100 or 123 MHz::
 
     python -m boards.slack build/boards/ulx3s/work/attn.report.json --mhz 100,123 --top 20
+    python -m boards.slack attn.report.json --netlist attn.json    # + where the paths start
+
+With the netlist Yosys wrote for the route (``--netlist``), each family's latest endpoint also
+gets :mod:`boards.depth`'s deepest path into that register: its start and logic levels. A
+family whose routed arrival is far above that estimate lost its time in wires (a register
+far from its users); one near it, in logic.
 
 An arrival includes the clock-to-output of the start and every cell and routed wire on the
 way, not the endpoint's setup time (zero for an ECP5 slice's data input, a fraction of a
@@ -23,9 +29,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .depth import family_of
+from .depth import analyze, family_of
 
-__all__ = ["Arrival", "arrivals", "missing", "families", "main"]
+__all__ = ["Arrival", "arrivals", "missing", "families", "deepest_paths", "main"]
 
 #: A flip-flop cell's name as nextpnr-ecp5 / nextpnr-ice40 get it from Yosys: the register's
 #: net, then the cell type and bit (``core.acc_TRELLIS_FF_Q_12``, ``core.acc_SB_DFFE_Q_3``).
@@ -89,11 +95,28 @@ def families(ends: list[Arrival]) -> list[dict]:
     return sorted(by_family.values(), key=lambda g: (-g["latest"].ns, g["family"]))
 
 
+def deepest_paths(netlist) -> dict:
+    """``{register or cell.port: deepest Endpoint}`` of :func:`boards.depth.analyze` on
+    ``netlist`` (a Yosys JSON netlist, path or object), a register's bits taken together."""
+    deepest = {}
+    for ep in analyze(netlist).endpoints:
+        key = re.sub(r"\[\d+\]$", "", ep.end)
+        if key not in deepest or ep.ns > deepest[key].ns:
+            deepest[key] = ep
+    return deepest
+
+
 def _clock(report: dict) -> tuple[float | None, float | None]:
     """The first clock's (constraint, achieved) MHz, or Nones."""
     for clock in report.get("fmax", {}).values():
         return float(clock["constraint"]), float(clock["achieved"])
     return None, None
+
+
+def _path_fields(path) -> dict:
+    return {} if path is None else {"deepest_logic": {"start": path.start,
+                                                      "levels": path.levels,
+                                                      "estimate_ns": round(path.ns, 3)}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: the report's constraint); families are listed for the "
                         "first")
     parser.add_argument("--top", type=int, default=20, help="families to list (default 20)")
+    parser.add_argument("--netlist", type=Path, help="the route's Yosys JSON netlist "
+                        "(<build>/<name>.json): each family's deepest logic path, by "
+                        "boards.depth")
     parser.add_argument("--json", type=Path, help="also write the counts and families here")
     args = parser.parse_args(argv)
     if args.top < 1:
@@ -117,6 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError, TypeError) as exc:
         parser.error(f"{args.report}: {exc}")
     constraint, achieved = _clock(report)
+    paths = {}
+    if args.netlist is not None:
+        if not args.netlist.is_file():
+            parser.error(f"{args.netlist}: no such file")
+        try:
+            paths = deepest_paths(args.netlist)
+        except ValueError as exc:
+            parser.error(f"{args.netlist}: {exc}")
     try:
         clocks = [float(f) for f in args.mhz.split(",") if f.strip()] or [constraint]
     except ValueError:
@@ -142,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         for g in groups[:args.top]:
             print(f"{g['latest'].ns:6.2f} {g['count']:6d}  {g['family']}  "
                   f"({g['latest'].cell}.{g['latest'].port})")
+            path = paths.get(g["latest"].name)
+            if path is not None:
+                print(f"{'':14}  deepest logic: {path.levels} levels from {path.start} "
+                      f"(est. {path.ns:.2f} ns)")
         if len(groups) > args.top:
             print(f"... {len(groups) - args.top} families more")
     if args.json:
@@ -151,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             "constraint_mhz": constraint, "achieved_mhz": achieved,
             "missing": [{"mhz": mhz, "endpoints": len(counts[mhz][0]),
                          "families": [{"family": g["family"], "count": g["count"],
-                                       "latest": g["latest"].as_dict()}
+                                       "latest": g["latest"].as_dict(),
+                                       **_path_fields(paths.get(g["latest"].name))}
                                       for g in counts[mhz][1][:args.top]]}
                         for mhz in clocks]}, indent=2) + "\n")
         print(f"wrote {args.json}")

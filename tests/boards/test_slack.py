@@ -1,5 +1,6 @@
 """boards.slack: endpoints by arrival from nextpnr's detailed timing report, on a hand-built
-report and on a real one (``data/ecp5_slack.v`` placed and routed by nextpnr-ecp5 with
+report and on a real one (``data/ecp5_slack.v`` synthesized by ``synth_ecp5``, its top module
+in ``data/ecp5_slack.json``, placed and routed by nextpnr-ecp5 with
 ``--detailed-timing-report``: inputs registered, a multiplier, an XOR, an adder)."""
 
 import json
@@ -7,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from boards.slack import arrivals, families, main, missing
+from boards.slack import arrivals, deepest_paths, families, main, missing
 
 DATA = Path(__file__).parent / "data"
 REAL = DATA / "ecp5_slack.report.json"
+NETLIST = DATA / "ecp5_slack.json"
 
 
 def _net(driver, *ends):
@@ -90,6 +92,29 @@ def test_cli(tmp_path, capsys):
                           ([str(hand), "--mhz", "fast"], "not a list of numbers"),
                           ([str(hand), "--mhz", "0"], "must be positive"),
                           ([str(hand), "--top", "0"], "at least 1")):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert message in capsys.readouterr().err, argv
+
+
+def test_netlist_paths(tmp_path, capsys):
+    """With the route's netlist each family's latest endpoint gets its deepest logic path:
+    the product register r1 is one level (the multiplier) from the input registers, those
+    are straight from the pins."""
+    paths = deepest_paths(NETLIST)
+    assert paths["r1"].levels == 1 and paths["r1"].start.startswith(("ra[", "rb["))
+    assert paths["ra"].levels == 0 and paths["ra"].start.startswith("a[")
+    out_json = tmp_path / "slack.json"
+    assert main([str(REAL), "--mhz", "300", "--netlist", str(NETLIST),
+                 "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert f"deepest logic: 1 levels from {paths['r1'].start}" in out
+    (r_family,) = [f for f in json.loads(out_json.read_text())["missing"][0]["families"]
+                   if f["family"] == "r#"]
+    assert r_family["deepest_logic"]["levels"] == 1
+    for argv, message in (([str(REAL), "--netlist", str(tmp_path / "none.json")],
+                           "no such file"),
+                          ([str(REAL), "--netlist", str(REAL)], "not a Yosys JSON netlist")):
         with pytest.raises(SystemExit):
             main(argv)
         assert message in capsys.readouterr().err, argv
