@@ -2025,11 +2025,24 @@ class AttentionCore(wiring.Component):
         m.d.sync += [load[s].eq(got & (got_set == s)) for s in (0, 1)]
         with m.If(take_desc):
             m.d.sync += [read_desc.eq(head_desc), read_set.eq(fill), fill.eq(~fill)]
+        # Each requantizer's lanes of a set load at a copy of `load` of their own (KEEP_COPY),
+        # by the requantizer: one `params_load` enabled the sets' flip-flops of all eight
+        # 16x8 requantizers across the die (9 ns of wire to the farthest, at d57b73e), and
+        # held them near the middle, away from the requantizers they feed.
+        per = self.cfg.cols // units
+        for g in range(units):
+            for s in (0, 1):
+                unit_load = Signal(name=f"params_load_{s}_{g}", attrs={KEEP_COPY: 1})
+                m.d.sync += unit_load.eq(got & (got_set == s))
+                with m.If(unit_load):
+                    m.d.sync += [getattr(sets[s], field)[c].eq(getattr(staged, field)[c])
+                                 for field in ("mult", "shift", "bias")
+                                 for c in range(g * per, (g + 1) * per)]
         for s in (0, 1):
             with m.If(take_desc & (fill == s)):
                 m.d.sync += busy[s].eq(1)
             with m.If(load[s]):
-                m.d.sync += [sets[s].eq(staged), descs[s].eq(staged_desc), full[s].eq(1)]
+                m.d.sync += [descs[s].eq(staged_desc), full[s].eq(1)]
             with m.If(switch & (sel == s)):
                 m.d.sync += [busy[s].eq(0), full[s].eq(0)]
         with m.If(switch):
