@@ -2018,7 +2018,9 @@ class AttentionCore(wiring.Component):
         # `load[s]`: `staged` goes to set s, a register of its own that enables every
         # flip-flop of the set (on the 16x8 ULX3S device a valid and a set number through a
         # LUT, 12.9 ns)
-        load = [Signal(name=f"params_load_{s}") for s in (0, 1)]
+        # (kept: it would merge into one of the requantizers' copies below, far from the
+        # descriptors it enables)
+        load = [Signal(name=f"params_load_{s}", attrs={KEEP_COPY: 1}) for s in (0, 1)]
         m.d.sync += [read.eq(take_desc), got.eq(read), got_desc.eq(read_desc),
                      got_set.eq(read_set), staged.eq(picked(got_desc.op)),
                      staged_desc.eq(got_desc)]
