@@ -34,6 +34,7 @@ from pathlib import Path
 
 from hw.target import keep_copies_script
 
+from .depth import _bit_names
 from .toolchain import find_tool
 
 __all__ = ["MergeGroup", "MergeReport", "find_merges", "main"]
@@ -76,19 +77,6 @@ class MergeReport:
     def as_dict(self, top: int | None = None) -> dict:
         return {"flops": self.flops, "merged_bits": self.merged_bits,
                 "groups": [g.as_dict() for g in self.groups[:top]]}
-
-
-def _bit_names(module: dict) -> dict[int, str]:
-    """A name for every bit: a public net's name (``name[i]`` for wide nets) before an
-    anonymous one's."""
-    names: dict[int, tuple[bool, str]] = {}
-    for net_name, net in module["netnames"].items():
-        anonymous = net_name.startswith("$") or bool(net.get("hide_name"))
-        for i, bit in enumerate(net["bits"]):
-            if isinstance(bit, int) and (bit not in names or (names[bit][0] and not anonymous)):
-                names[bit] = (anonymous, net_name if len(net["bits"]) == 1
-                              else f"{net_name}[{i}]")
-    return {bit: name for bit, (_, name) in names.items()}
 
 
 def _net_name(bits: list, names: dict[int, str]) -> str:
