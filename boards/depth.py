@@ -38,6 +38,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._cli import write_json
+
 __all__ = ["Delays", "DELAYS", "Endpoint", "DepthReport", "analyze", "format_endpoints",
            "format_groups", "main"]
 
@@ -451,9 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.path and report.endpoints:
         print("\ndeepest path:\n  " + "\n  ".join(report.endpoints[0].path))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report.as_dict(args.top), indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_json(args.json, report.as_dict(args.top))
     return 0
 
 

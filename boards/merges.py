@@ -34,6 +34,7 @@ from pathlib import Path
 
 from hw.target import keep_copies_script
 
+from ._cli import write_json
 from .depth import _bit_names
 from .toolchain import find_tool
 
@@ -166,9 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     if report.groups:
         print(format_report(report, args.top))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report.as_dict(args.top), indent=2) + "\n")
-        print(f"wrote {args.json}")
+        write_json(args.json, report.as_dict(args.top))
     return 0
 
 

@@ -29,6 +29,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._cli import write_json
 from .depth import analyze, family_of
 
 __all__ = ["Arrival", "arrivals", "missing", "families", "deepest_paths", "main"]
@@ -183,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(groups) > args.top:
             print(f"... {len(groups) - args.top} families more")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
+        write_json(args.json, {
             "endpoints": len(ends), "latest_ns": round(latest, 3),
             "constraint_mhz": constraint, "achieved_mhz": achieved,
             "missing": [{"mhz": mhz, "endpoints": len(counts[mhz][0]),
@@ -192,8 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "latest": g["latest"].as_dict(),
                                        **_path_fields(paths.get(g["latest"].name))}
                                       for g in counts[mhz][1][:args.top]]}
-                        for mhz in clocks]}, indent=2) + "\n")
-        print(f"wrote {args.json}")
+                        for mhz in clocks]})
     return 0
 
 

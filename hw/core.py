@@ -2015,16 +2015,16 @@ class AttentionCore(wiring.Component):
         got_set = Signal()
         staged = Signal(param_layout(cfg), reset_less=True)
         staged_desc = Signal(desc_layout)
-        # `load[s]`: `staged` goes to set s, a register of its own that enables every
-        # flip-flop of the set (on the 16x8 ULX3S device a valid and a set number through a
-        # LUT, 12.9 ns)
-        # (kept: it would merge into one of the requantizers' copies below, far from the
-        # descriptors it enables)
+        # `load[s]`: `staged` goes to set s, from a register of its own that enables the
+        # set's descriptor (on the 16x8 ULX3S device a valid and a set number through a LUT,
+        # 12.9 ns); the constants load at the requantizers' copies of it, below. (Kept: it
+        # would merge into one of those copies, far from the descriptors it enables.)
+        loading = [got & (got_set == s) for s in (0, 1)]
         load = [Signal(name=f"params_load_{s}", attrs={KEEP_COPY: 1}) for s in (0, 1)]
         m.d.sync += [read.eq(take_desc), got.eq(read), got_desc.eq(read_desc),
                      got_set.eq(read_set), staged.eq(picked(got_desc.op)),
                      staged_desc.eq(got_desc)]
-        m.d.sync += [load[s].eq(got & (got_set == s)) for s in (0, 1)]
+        m.d.sync += [load[s].eq(loading[s]) for s in (0, 1)]
         with m.If(take_desc):
             m.d.sync += [read_desc.eq(head_desc), read_set.eq(fill), fill.eq(~fill)]
         # Each requantizer's lanes of a set load at a copy of `load` of their own (KEEP_COPY),
@@ -2035,7 +2035,7 @@ class AttentionCore(wiring.Component):
         for g in range(units):
             for s in (0, 1):
                 unit_load = Signal(name=f"params_load_{s}_{g}", attrs={KEEP_COPY: 1})
-                m.d.sync += unit_load.eq(got & (got_set == s))
+                m.d.sync += unit_load.eq(loading[s])
                 with m.If(unit_load):
                     m.d.sync += [getattr(sets[s], field)[c].eq(getattr(staged, field)[c])
                                  for field in ("mult", "shift", "bias")
